@@ -1,0 +1,260 @@
+package cache
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+)
+
+// DesiredState records, for every pod that has a node and is not terminated, the
+// attachable volumes it needs, and from that which volume must be attached to which
+// node. Entries stay while the pod exists, whether or not its node does: a deleted
+// Node object does not mean kubelet has stopped using the volume.
+type DesiredState struct {
+	mu       sync.RWMutex
+	pods     map[string]desiredPod
+	volumes  map[csivolume.UniqueName]*desiredVolume
+	nodeVols map[string]map[csivolume.UniqueName]struct{}
+}
+
+type desiredPod struct {
+	ref     PodRef
+	node    string
+	volumes []csivolume.UniqueName
+}
+
+type desiredVolume struct {
+	spec  Volume
+	nodes map[string]*desiredAttachment
+}
+
+type desiredAttachment struct {
+	pods map[string]PodRef
+	// multiAttachReported is set once the pods on this node were told that the
+	// volume is held elsewhere, so that one wait makes one event.
+	multiAttachReported bool
+}
+
+// DesiredVolume is a copy of what the desired state says about one volume.
+type DesiredVolume struct {
+	Spec Volume
+	// Nodes maps each node that needs the volume to the pods there that use it,
+	// sorted by namespace/name.
+	Nodes map[string][]PodRef
+}
+
+// NewDesiredState returns an empty desired state.
+func NewDesiredState() *DesiredState {
+	return &DesiredState{
+		pods:     make(map[string]desiredPod),
+		volumes:  make(map[csivolume.UniqueName]*desiredVolume),
+		nodeVols: make(map[string]map[csivolume.UniqueName]struct{}),
+	}
+}
+
+// SetPod records that the pod, on the node, needs exactly these volumes, replacing
+// what was recorded for it before. It returns the volumes whose desired state
+// changed, so that only those are reconciled.
+func (d *DesiredState) SetPod(pod PodRef, node string, volumes []Volume) []csivolume.UniqueName {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := pod.Key()
+	old, had := d.pods[key]
+	names := make([]csivolume.UniqueName, 0, len(volumes))
+	changed := make(map[csivolume.UniqueName]struct{})
+	for _, v := range volumes {
+		names = append(names, v.Name)
+		if d.addPodVolume(pod, node, v) {
+			changed[v.Name] = struct{}{}
+		}
+	}
+	if had {
+		for _, name := range old.volumes {
+			if old.node == node && slices.Contains(names, name) {
+				continue
+			}
+			if d.removePodVolume(key, old.node, name) {
+				changed[name] = struct{}{}
+			}
+		}
+	}
+	if len(names) == 0 {
+		delete(d.pods, key)
+	} else {
+		d.pods[key] = desiredPod{ref: pod, node: node, volumes: names}
+	}
+	return sortedVolumeNames(changed)
+}
+
+// DeletePod forgets the pod and returns the volumes whose desired state changed.
+func (d *DesiredState) DeletePod(podKey string) []csivolume.UniqueName {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old, ok := d.pods[podKey]
+	if !ok {
+		return nil
+	}
+	delete(d.pods, podKey)
+	changed := make(map[csivolume.UniqueName]struct{})
+	for _, name := range old.volumes {
+		if d.removePodVolume(podKey, old.node, name) {
+			changed[name] = struct{}{}
+		}
+	}
+	return sortedVolumeNames(changed)
+}
+
+// addPodVolume reports whether the set of nodes or pods for the volume changed.
+func (d *DesiredState) addPodVolume(pod PodRef, node string, v Volume) bool {
+	vol, ok := d.volumes[v.Name]
+	if !ok {
+		vol = &desiredVolume{nodes: make(map[string]*desiredAttachment)}
+		d.volumes[v.Name] = vol
+	}
+	specChanged := !sameSpec(vol.spec, v)
+	vol.spec = v
+	att, ok := vol.nodes[node]
+	if !ok {
+		att = &desiredAttachment{pods: make(map[string]PodRef)}
+		vol.nodes[node] = att
+		addToIndex(d.nodeVols, node, v.Name)
+	}
+	key := pod.Key()
+	if existing, ok := att.pods[key]; ok && existing == pod {
+		return specChanged
+	}
+	att.pods[key] = pod
+	return true
+}
+
+func (d *DesiredState) removePodVolume(podKey, node string, name csivolume.UniqueName) bool {
+	vol, ok := d.volumes[name]
+	if !ok {
+		return false
+	}
+	att, ok := vol.nodes[node]
+	if !ok {
+		return false
+	}
+	if _, ok := att.pods[podKey]; !ok {
+		return false
+	}
+	delete(att.pods, podKey)
+	if len(att.pods) == 0 {
+		delete(vol.nodes, node)
+		removeFromIndex(d.nodeVols, node, name)
+	}
+	if len(vol.nodes) == 0 {
+		delete(d.volumes, name)
+	}
+	return true
+}
+
+func sameSpec(a, b Volume) bool {
+	return a.Name == b.Name && a.Driver == b.Driver && a.Handle == b.Handle && a.PVName == b.PVName &&
+		a.DisplayName == b.DisplayName && a.MultiAttach == b.MultiAttach && (a.InlineSpec == nil) == (b.InlineSpec == nil)
+}
+
+// Volume returns a copy of the desired state of one volume.
+func (d *DesiredState) Volume(name csivolume.UniqueName) (DesiredVolume, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	vol, ok := d.volumes[name]
+	if !ok {
+		return DesiredVolume{}, false
+	}
+	out := DesiredVolume{Spec: vol.spec, Nodes: make(map[string][]PodRef, len(vol.nodes))}
+	for node, att := range vol.nodes {
+		pods := make([]PodRef, 0, len(att.pods))
+		for _, p := range att.pods {
+			pods = append(pods, p)
+		}
+		slices.SortFunc(pods, func(a, b PodRef) int {
+			if a.Namespace != b.Namespace {
+				if a.Namespace < b.Namespace {
+					return -1
+				}
+				return 1
+			}
+			if a.Name < b.Name {
+				return -1
+			}
+			if a.Name > b.Name {
+				return 1
+			}
+			return 0
+		})
+		out.Nodes[node] = pods
+	}
+	return out, true
+}
+
+// IsDesired tells whether some pod on the node needs the volume.
+func (d *DesiredState) IsDesired(name csivolume.UniqueName, node string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	_, ok := d.nodeVols[node][name]
+	return ok
+}
+
+// VolumesOnNode returns the volumes that pods on the node need.
+func (d *DesiredState) VolumesOnNode(node string) []csivolume.UniqueName {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return sortedVolumeNames(d.nodeVols[node])
+}
+
+// Volumes returns every volume some pod needs.
+func (d *DesiredState) Volumes() []csivolume.UniqueName {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]csivolume.UniqueName, 0, len(d.volumes))
+	for name := range d.volumes {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// PodKeys returns the namespace/name of every pod recorded.
+func (d *DesiredState) PodKeys() []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]string, 0, len(d.pods))
+	for key := range d.pods {
+		out = append(out, key)
+	}
+	return out
+}
+
+// MarkMultiAttachReported records that the pods waiting for the volume on the node
+// were told it is held elsewhere. It returns false if that was already recorded for
+// this wait, true if the caller should send the event now.
+func (d *DesiredState) MarkMultiAttachReported(name csivolume.UniqueName, node string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	att := d.attachment(name, node)
+	if att == nil || att.multiAttachReported {
+		return false
+	}
+	att.multiAttachReported = true
+	return true
+}
+
+// ResetMultiAttachReported ends a multi-attach wait: the next one reports again.
+func (d *DesiredState) ResetMultiAttachReported(name csivolume.UniqueName, node string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if att := d.attachment(name, node); att != nil {
+		att.multiAttachReported = false
+	}
+}
+
+func (d *DesiredState) attachment(name csivolume.UniqueName, node string) *desiredAttachment {
+	vol, ok := d.volumes[name]
+	if !ok {
+		return nil
+	}
+	return vol.nodes[node]
+}

@@ -1,0 +1,122 @@
+package cache
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+)
+
+const (
+	// ManagedAnnotation marks a node whose volumes this controller attaches;
+	// kubelet on it waits for node.status.volumesAttached instead of attaching.
+	ManagedAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+	// OutOfServiceTaint marks a node shut down without draining: its volumes are
+	// detached at once, mounted or not.
+	OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+)
+
+// Node is what the detach and attach rules need to know of a node.
+type Node struct {
+	Name string
+	// Exists is false for a node that was deleted, or that was never seen.
+	Exists       bool
+	Managed      bool
+	Ready        bool
+	OutOfService bool
+	// InUse holds the volumes kubelet lists in status.volumesInUse; for a deleted
+	// node, the last list it reported.
+	InUse map[csivolume.UniqueName]struct{}
+	// Known is false when nothing was ever seen of the node (for instance a
+	// VolumeAttachment names a node deleted before the controller started).
+	Known bool
+}
+
+// Mounted tells whether kubelet may still have the volume mounted on the node.
+// Nothing known of the node means it may.
+func (n Node) Mounted(name csivolume.UniqueName) bool {
+	if !n.Known {
+		return true
+	}
+	_, ok := n.InUse[name]
+	return ok
+}
+
+// NodeFromObject reads a Node object.
+func NodeFromObject(node *v1.Node) Node {
+	n := Node{
+		Name:    node.Name,
+		Exists:  true,
+		Known:   true,
+		Managed: node.Annotations[ManagedAnnotation] == "true",
+		InUse:   make(map[csivolume.UniqueName]struct{}, len(node.Status.VolumesInUse)),
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			n.Ready = c.Status == v1.ConditionTrue
+		}
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == OutOfServiceTaint {
+			n.OutOfService = true
+		}
+	}
+	for _, name := range node.Status.VolumesInUse {
+		n.InUse[csivolume.UniqueName(name)] = struct{}{}
+	}
+	return n
+}
+
+// Nodes remembers every node the controller has seen, including deleted ones,
+// whose last reported volumes in use still count as mounted.
+type Nodes struct {
+	mu    sync.RWMutex
+	nodes map[string]Node
+}
+
+// NewNodes returns an empty node register.
+func NewNodes() *Nodes { return &Nodes{nodes: make(map[string]Node)} }
+
+// Set records the current state of a node and returns the previous one.
+func (n *Nodes) Set(node Node) Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := n.nodes[node.Name]
+	n.nodes[node.Name] = node
+	return old
+}
+
+// MarkDeleted records that the node's object is gone: it no longer counts as
+// Ready, and what it last reported as in use still counts as mounted.
+func (n *Nodes) MarkDeleted(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	node, ok := n.nodes[name]
+	if !ok {
+		node = Node{Name: name, Known: false}
+	}
+	node.Exists = false
+	node.Ready = false
+	n.nodes[name] = node
+}
+
+// Forget drops what is remembered of a deleted node once nothing refers to it.
+func (n *Nodes) Forget(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if node, ok := n.nodes[name]; ok && !node.Exists {
+		delete(n.nodes, name)
+	}
+}
+
+// Get returns what is known of the node; Known is false when nothing is.
+func (n *Nodes) Get(name string) Node {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	node, ok := n.nodes[name]
+	if !ok {
+		return Node{Name: name}
+	}
+	return node
+}

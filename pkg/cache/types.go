@@ -1,0 +1,71 @@
+// Package cache keeps the controller's picture of the world in one place: the
+// desired state (which volume must be attached to which node, for which pods), the
+// actual state (which VolumeAttachments exist and what they say), and what the
+// controller knows of each node (managed, Ready, out of service, volumes in use).
+// Everything is indexed by volume and by node, and safe for concurrent use.
+package cache
+
+import (
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+)
+
+// Volume is everything needed to attach a volume: what its VolumeAttachment says
+// and how people and the multi-attach rule know it.
+type Volume struct {
+	Name   csivolume.UniqueName
+	Driver string
+	Handle string
+	// PVName is set for a volume that comes from a PersistentVolume.
+	PVName string
+	// InlineSpec is set for an in-tree inline volume translated to CSI: the
+	// VolumeAttachment carries it as source.inlineVolumeSpec.
+	InlineSpec *v1.PersistentVolumeSpec
+	// DisplayName is how events name the volume: the PV name, or the pod's volume name.
+	DisplayName string
+	// MultiAttach tells whether the volume may be attached to several nodes at once.
+	MultiAttach bool
+}
+
+// PodRef names a pod that needs a volume; events about the volume go on it.
+type PodRef struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+// Key is the pod's namespace/name.
+func (p PodRef) Key() string { return p.Namespace + "/" + p.Name }
+
+func sortedVolumeNames(set map[csivolume.UniqueName]struct{}) []csivolume.UniqueName {
+	out := make([]csivolume.UniqueName, 0, len(set))
+	for v := range set {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func addToIndex[K comparable, V comparable](index map[K]map[V]struct{}, key K, value V) {
+	set, ok := index[key]
+	if !ok {
+		set = make(map[V]struct{})
+		index[key] = set
+	}
+	set[value] = struct{}{}
+}
+
+func removeFromIndex[K comparable, V comparable](index map[K]map[V]struct{}, key K, value V) {
+	set, ok := index[key]
+	if !ok {
+		return
+	}
+	delete(set, value)
+	if len(set) == 0 {
+		delete(index, key)
+	}
+}

@@ -1,0 +1,200 @@
+// Package controller wires the attach/detach controller together: shared informers
+// feed the desired state (through the populator), the actual state (from
+// VolumeAttachments) and the node register; their changes put the affected volumes
+// on the reconciler's queue and the affected nodes on the status updater's queue.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/statusupdater"
+)
+
+// Options are the controller's settings.
+type Options struct {
+	// MaxWaitForUnmount bounds the wait for kubelet to unmount before a force
+	// detach from a node that is not Ready.
+	MaxWaitForUnmount time.Duration
+	// DisableForceDetachOnTimeout waits for unmount forever.
+	DisableForceDetachOnTimeout bool
+	// SyncPeriod is the period of the full safety pass; DisableSync turns it off.
+	SyncPeriod  time.Duration
+	DisableSync bool
+	// OperationTimeout bounds one attach or detach wait for the external-attacher.
+	OperationTimeout time.Duration
+	// Workers reconcile volumes in parallel; StatusWorkers write node status.
+	Workers       int
+	StatusWorkers int
+}
+
+// DefaultOptions returns the defaults, which match kube-controller-manager's.
+func DefaultOptions() Options {
+	return Options{
+		MaxWaitForUnmount: 6 * time.Minute,
+		SyncPeriod:        time.Minute,
+		OperationTimeout:  2 * time.Minute,
+		Workers:           10,
+		StatusWorkers:     4,
+	}
+}
+
+// Validate refuses settings the controller cannot run with.
+func (o Options) Validate() error {
+	switch {
+	case o.MaxWaitForUnmount <= 0:
+		return fmt.Errorf("the max wait for unmount must be positive, got %s", o.MaxWaitForUnmount)
+	case !o.DisableSync && o.SyncPeriod <= 0:
+		return fmt.Errorf("the reconcile sync period must be positive, got %s", o.SyncPeriod)
+	case o.OperationTimeout <= 0:
+		return fmt.Errorf("the operation timeout must be positive, got %s", o.OperationTimeout)
+	case o.Workers < 1:
+		return fmt.Errorf("workers must be at least 1, got %d", o.Workers)
+	case o.StatusWorkers < 1:
+		return fmt.Errorf("status workers must be at least 1, got %d", o.StatusWorkers)
+	}
+	return nil
+}
+
+// Controller is the attach/detach controller.
+type Controller struct {
+	opts       Options
+	client     kubernetes.Interface
+	factory    informers.SharedInformerFactory
+	informers  informerSet
+	desired    *cache.DesiredState
+	actual     *cache.ActualState
+	nodes      *cache.Nodes
+	populator  *populator.Populator
+	executor   *operationexecutor.Executor
+	reconciler *reconciler.Reconciler
+	status     *statusupdater.Updater
+}
+
+// New builds a controller on the factory's informers. Start nothing before Run.
+func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	inf, err := newInformerSet(factory)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		opts:      opts,
+		client:    client,
+		factory:   factory,
+		informers: inf,
+		desired:   cache.NewDesiredState(),
+		actual:    cache.NewActualState(),
+		nodes:     cache.NewNodes(),
+	}
+	events := podevents.NewEmitter(recorder)
+	c.status = statusupdater.New(client, inf.nodes.Lister(), c.actual, m)
+	c.executor = operationexecutor.New(operationexecutor.Config{
+		Client:     client,
+		VALister:   inf.attachments.Lister(),
+		Actual:     c.actual,
+		NodeStatus: c.status,
+		Events:     events,
+		Metrics:    m,
+		Timeout:    opts.OperationTimeout,
+		Done:       func(v csivolume.UniqueName) { c.reconciler.Enqueue(v) },
+	})
+	c.reconciler = reconciler.New(reconciler.Config{
+		Desired:                     c.desired,
+		Actual:                      c.actual,
+		Nodes:                       c.nodes,
+		Executor:                    c.executor,
+		Events:                      events,
+		Metrics:                     m,
+		MaxWaitForUnmount:           opts.MaxWaitForUnmount,
+		DisableForceDetachOnTimeout: opts.DisableForceDetachOnTimeout,
+	})
+	c.populator = populator.New(populator.Listers{
+		Pods:       inf.pods.Lister(),
+		PodIndexer: inf.pods.Informer().GetIndexer(),
+		Claims:     inf.claims.Lister(),
+		PVs:        inf.pvs.Lister(),
+		Drivers:    inf.drivers.Lister(),
+	}, c.desired, c.reconciler.Enqueue)
+	return c, nil
+}
+
+// Run starts the informers, rebuilds the state from them before the first
+// decision, and then reconciles until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	c.factory.Start(ctx.Done())
+	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	if err := c.waitForCurrentVolumeAttachments(ctx); err != nil {
+		return err
+	}
+	started := time.Now()
+	c.rebuild(ctx)
+	regs, err := c.registerHandlers(ctx)
+	if err != nil {
+		return err
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), regs...) {
+		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
+	}
+	total, attached := c.actual.Counts()
+	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started),
+		"desiredVolumes", len(c.desired.Volumes()), "volumeAttachments", total, "attached", attached)
+
+	go c.status.Run(ctx, c.opts.StatusWorkers)
+	go c.reconciler.Run(ctx, c.opts.Workers)
+	c.enqueueEverything()
+	if !c.opts.DisableSync {
+		go wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// resync is the periodic safety pass: it re-evaluates every pod and re-queues
+// every volume and node, so that a missed event costs at most one period.
+func (c *Controller) resync(ctx context.Context) {
+	if err := c.populator.SyncAll(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Periodic re-evaluation of pods failed")
+	}
+	c.enqueueEverything()
+}
+
+func (c *Controller) enqueueEverything() {
+	for _, v := range c.desired.Volumes() {
+		c.reconciler.Enqueue(v)
+	}
+	for _, v := range c.actual.Volumes() {
+		c.reconciler.Enqueue(v)
+	}
+	nodes, err := c.informers.nodes.Lister().List(everything)
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if n.Annotations[cache.ManagedAnnotation] == "true" {
+			c.status.Enqueue(n.Name)
+		}
+	}
+}

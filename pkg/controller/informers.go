@@ -1,0 +1,318 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
+)
+
+var everything = labels.Everything()
+
+type informerSet struct {
+	pods        coreinformers.PodInformer
+	nodes       coreinformers.NodeInformer
+	claims      coreinformers.PersistentVolumeClaimInformer
+	pvs         coreinformers.PersistentVolumeInformer
+	drivers     storageinformers.CSIDriverInformer
+	csiNodes    storageinformers.CSINodeInformer
+	attachments storageinformers.VolumeAttachmentInformer
+}
+
+func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
+	s := informerSet{
+		pods:        f.Core().V1().Pods(),
+		nodes:       f.Core().V1().Nodes(),
+		claims:      f.Core().V1().PersistentVolumeClaims(),
+		pvs:         f.Core().V1().PersistentVolumes(),
+		drivers:     f.Storage().V1().CSIDrivers(),
+		csiNodes:    f.Storage().V1().CSINodes(),
+		attachments: f.Storage().V1().VolumeAttachments(),
+	}
+	if err := s.pods.Informer().AddIndexers(toolscache.Indexers{populator.ClaimIndex: populator.ClaimIndexFunc}); err != nil {
+		return s, fmt.Errorf("adding the pod claim index: %w", err)
+	}
+	// Touch every informer so that the factory starts and syncs it.
+	s.claims.Informer()
+	s.pvs.Informer()
+	s.drivers.Informer()
+	s.csiNodes.Informer()
+	s.attachments.Informer()
+	s.nodes.Informer()
+	return s, nil
+}
+
+// registerHandlers connects informer events to the state and the queues.
+func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.InformerSynced, error) {
+	type handler struct {
+		informer toolscache.SharedIndexInformer
+		funcs    toolscache.ResourceEventHandlerFuncs
+	}
+	handlers := []handler{
+		{c.informers.pods.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.syncPodObject(ctx, obj) },
+			UpdateFunc: func(_, obj any) { c.syncPodObject(ctx, obj) },
+			DeleteFunc: func(obj any) { c.syncPodObject(ctx, obj) },
+		}},
+		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onClaim(ctx, obj) },
+			UpdateFunc: func(_, obj any) { c.onClaim(ctx, obj) },
+			DeleteFunc: func(obj any) { c.onClaim(ctx, obj) },
+		}},
+		{c.informers.pvs.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onPV(ctx, obj) },
+			UpdateFunc: func(_, obj any) { c.onPV(ctx, obj) },
+			DeleteFunc: func(obj any) { c.onPV(ctx, obj) },
+		}},
+		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onCSIDriver(ctx, obj) },
+			UpdateFunc: func(_, obj any) { c.onCSIDriver(ctx, obj) },
+			DeleteFunc: func(obj any) { c.onCSIDriver(ctx, obj) },
+		}},
+		{c.informers.csiNodes.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onCSINode(obj) },
+			UpdateFunc: func(_, obj any) { c.onCSINode(obj) },
+		}},
+		{c.informers.nodes.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onNode(nil, obj) },
+			UpdateFunc: c.onNode,
+			DeleteFunc: c.onNodeDelete,
+		}},
+		{c.informers.attachments.Informer(), toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onVolumeAttachment(ctx, obj) },
+			UpdateFunc: func(_, obj any) { c.onVolumeAttachment(ctx, obj) },
+			DeleteFunc: c.onVolumeAttachmentDelete,
+		}},
+	}
+	synced := make([]toolscache.InformerSynced, 0, len(handlers))
+	for _, h := range handlers {
+		reg, err := h.informer.AddEventHandler(h.funcs)
+		if err != nil {
+			return nil, fmt.Errorf("registering an event handler: %w", err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	return synced, nil
+}
+
+func objectKey(obj any) string {
+	key, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
+func (c *Controller) syncPodObject(ctx context.Context, obj any) {
+	if key := objectKey(obj); key != "" {
+		c.populator.SyncPod(ctx, key)
+	}
+}
+
+func (c *Controller) syncPods(ctx context.Context, keys []string) {
+	for _, key := range keys {
+		c.populator.SyncPod(ctx, key)
+	}
+}
+
+func (c *Controller) onClaim(ctx context.Context, obj any) {
+	key := objectKey(obj)
+	namespace, name, err := toolscache.SplitMetaNamespaceKey(key)
+	if err != nil || key == "" {
+		return
+	}
+	c.syncPods(ctx, c.populator.PodsForClaim(namespace, name))
+}
+
+func (c *Controller) onPV(ctx context.Context, obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok {
+		return
+	}
+	c.syncPods(ctx, c.populator.PodsForPV(pv))
+	for _, name := range c.actual.UnresolvedForPV(pv.Name) {
+		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
+			c.observeVolumeAttachment(ctx, va)
+		}
+	}
+}
+
+func (c *Controller) onCSIDriver(ctx context.Context, obj any) {
+	key := objectKey(obj)
+	if key == "" {
+		return
+	}
+	c.syncPods(ctx, c.populator.PodsForDriver(key))
+}
+
+// onCSINode retries at once the attaches to a node that were backing off, since a
+// driver registering on the node is often what they were waiting for.
+func (c *Controller) onCSINode(obj any) {
+	csiNode, ok := obj.(*storagev1.CSINode)
+	if !ok {
+		return
+	}
+	for _, v := range c.desired.VolumesOnNode(csiNode.Name) {
+		if c.executor.ResetBackoff(v, csiNode.Name) {
+			c.reconciler.Enqueue(v)
+		}
+	}
+}
+
+func (c *Controller) onNode(oldObj, newObj any) {
+	node, ok := newObj.(*v1.Node)
+	if !ok {
+		return
+	}
+	now := cache.NodeFromObject(node)
+	prev := c.nodes.Set(now)
+	if nodeDecisionsChanged(prev, now) {
+		c.enqueueNodeVolumes(node.Name)
+	}
+	old, _ := oldObj.(*v1.Node)
+	if now.Managed && (old == nil || !equality.Semantic.DeepEqual(old.Status.VolumesAttached, node.Status.VolumesAttached) ||
+		old.Annotations[cache.ManagedAnnotation] != node.Annotations[cache.ManagedAnnotation]) {
+		c.status.Enqueue(node.Name)
+	}
+}
+
+// nodeDecisionsChanged tells whether a node change can change an attach or
+// detach decision.
+func nodeDecisionsChanged(prev, now cache.Node) bool {
+	if prev.Exists != now.Exists || prev.Managed != now.Managed || prev.Ready != now.Ready || prev.OutOfService != now.OutOfService {
+		return true
+	}
+	if len(prev.InUse) != len(now.InUse) {
+		return true
+	}
+	for v := range prev.InUse {
+		if _, ok := now.InUse[v]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Controller) onNodeDelete(obj any) {
+	name := objectKey(obj)
+	if name == "" {
+		return
+	}
+	c.nodes.MarkDeleted(name)
+	c.status.Forget(name)
+	c.enqueueNodeVolumes(name)
+}
+
+func (c *Controller) enqueueNodeVolumes(node string) {
+	for _, v := range c.desired.VolumesOnNode(node) {
+		c.reconciler.Enqueue(v)
+	}
+	for _, v := range c.actual.VolumesOnNode(node) {
+		if !c.desired.IsDesired(v, node) {
+			c.reconciler.Enqueue(v)
+		}
+	}
+}
+
+func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok {
+		return
+	}
+	c.observeVolumeAttachment(ctx, va)
+	c.executor.ObserveVolumeAttachment(va.Name, va)
+}
+
+func (c *Controller) onVolumeAttachmentDelete(obj any) {
+	name := objectKey(obj)
+	if name == "" {
+		return
+	}
+	if att, ok := c.actual.Forget(name); ok {
+		c.status.Enqueue(att.Node)
+		c.reconciler.Enqueue(att.Volume)
+	}
+	c.executor.ObserveVolumeAttachment(name, nil)
+}
+
+// observeVolumeAttachment records what a VolumeAttachment says in the actual
+// state, identifying its volume by its inline spec, its PV, or as a last resort the
+// node's status lists.
+func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
+	name, ok := c.identifyVolume(va)
+	if !ok {
+		pvName := ""
+		if va.Spec.Source.PersistentVolumeName != nil {
+			pvName = *va.Spec.Source.PersistentVolumeName
+		}
+		klog.FromContext(ctx).Info("Cannot identify the volume of a VolumeAttachment yet; it counts as holding its PV",
+			"volumeAttachment", va.Name, "pv", pvName, "node", va.Spec.NodeName)
+		c.actual.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: va.Name, PVName: pvName, Node: va.Spec.NodeName})
+		return
+	}
+	o := cache.Observation{
+		Volume:           name,
+		Node:             va.Spec.NodeName,
+		VolumeAttachment: va.Name,
+		UID:              va.UID,
+		Attached:         va.Status.Attached,
+		Deleting:         va.DeletionTimestamp != nil,
+	}
+	if va.Status.AttachError != nil {
+		o.AttachError = va.Status.AttachError.Message
+	}
+	if c.actual.Observe(o) {
+		c.status.Enqueue(o.Node)
+	}
+	c.reconciler.Enqueue(name)
+}
+
+func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (csivolume.UniqueName, bool) {
+	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
+		if vol, ok := populator.VolumeOfInlineSpec(spec); ok {
+			return vol.Name, true
+		}
+	}
+	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
+		if pv, err := c.informers.pvs.Lister().Get(*pvName); err == nil {
+			if vol, ok, err := c.populator.VolumeOfPV(pv); err == nil && ok {
+				return vol.Name, true
+			}
+		}
+	}
+	node, err := c.informers.nodes.Lister().Get(va.Spec.NodeName)
+	if err != nil {
+		return "", false
+	}
+	var candidates []string
+	for _, av := range node.Status.VolumesAttached {
+		candidates = append(candidates, string(av.Name))
+	}
+	for _, n := range node.Status.VolumesInUse {
+		candidates = append(candidates, string(n))
+	}
+	i := slices.IndexFunc(candidates, func(n string) bool {
+		driver, handle, err := csivolume.ParseUniqueName(csivolume.UniqueName(n))
+		return err == nil && driver == va.Spec.Attacher && csivolume.AttachmentName(handle, driver, va.Spec.NodeName) == va.Name
+	})
+	if i < 0 {
+		return "", false
+	}
+	return csivolume.UniqueName(candidates[i]), true
+}

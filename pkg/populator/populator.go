@@ -1,0 +1,224 @@
+// Package populator builds the desired state from the API objects: for each pod
+// that has a node and is not terminated, the attachable CSI volumes it needs,
+// reached through its claims, generic ephemeral volumes, PersistentVolumes and
+// in-tree volumes translated to CSI. It also knows which pods a change to a claim, a
+// PersistentVolume or a CSIDriver affects, so that exactly those are re-evaluated.
+package populator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/component-helpers/storage/ephemeral"
+	csitranslation "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+)
+
+// ClaimIndex is the name of the pod informer index by "namespace/claim" of every
+// claim a pod uses, generic ephemeral ones included.
+const ClaimIndex = "claim"
+
+// ClaimIndexFunc indexes pods by the claims they use. Add it to the pod informer
+// under ClaimIndex before the informer starts.
+func ClaimIndexFunc(obj any) ([]string, error) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	var keys []string
+	for i := range pod.Spec.Volumes {
+		if name := claimName(pod, &pod.Spec.Volumes[i]); name != "" {
+			keys = append(keys, pod.Namespace+"/"+name)
+		}
+	}
+	return keys, nil
+}
+
+func claimName(pod *v1.Pod, vol *v1.Volume) string {
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		return vol.PersistentVolumeClaim.ClaimName
+	case vol.Ephemeral != nil:
+		return ephemeral.VolumeClaimName(pod, vol)
+	}
+	return ""
+}
+
+// Listers are the informer caches the populator reads.
+type Listers struct {
+	Pods       corelisters.PodLister
+	PodIndexer toolscache.Indexer
+	Claims     corelisters.PersistentVolumeClaimLister
+	PVs        corelisters.PersistentVolumeLister
+	Drivers    storagelisters.CSIDriverLister
+}
+
+// Populator keeps the desired state in step with pods and what they reference.
+type Populator struct {
+	listers    Listers
+	desired    *cache.DesiredState
+	translator csitranslation.CSITranslator
+	// changed receives the volumes whose desired state changed.
+	changed func(csivolume.UniqueName)
+
+	mu           sync.Mutex
+	podsByDriver map[string]map[string]struct{}
+	driversByPod map[string][]string
+}
+
+// New returns a Populator that records into desired and reports changed volumes.
+func New(listers Listers, desired *cache.DesiredState, changed func(csivolume.UniqueName)) *Populator {
+	return &Populator{
+		listers:      listers,
+		desired:      desired,
+		translator:   csitranslation.New(),
+		changed:      changed,
+		podsByDriver: make(map[string]map[string]struct{}),
+		driversByPod: make(map[string][]string),
+	}
+}
+
+// SyncPod re-evaluates the pod with the given namespace/name key.
+func (p *Populator) SyncPod(ctx context.Context, key string) {
+	logger := klog.FromContext(ctx)
+	namespace, name, err := toolscache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		logger.Error(err, "Bad pod key", "key", key)
+		return
+	}
+	pod, err := p.listers.Pods.Pods(namespace).Get(name)
+	if apierrors.IsNotFound(err) || (err == nil && !needsVolumes(pod)) {
+		p.setDrivers(key, nil)
+		p.report(p.desired.DeletePod(key))
+		return
+	}
+	if err != nil {
+		logger.Error(err, "Reading pod from the informer", "pod", key)
+		return
+	}
+	vols, drivers := p.podVolumes(klog.LoggerWithValues(logger, "pod", klog.KObj(pod)), pod)
+	p.setDrivers(key, drivers)
+	ref := cache.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	p.report(p.desired.SetPod(ref, pod.Spec.NodeName, vols))
+}
+
+// SyncAll re-evaluates every pod, and forgets recorded pods that are gone: the
+// periodic pass that catches what events missed.
+func (p *Populator) SyncAll(ctx context.Context) error {
+	pods, err := p.listers.Pods.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing pods from the informer: %w", err)
+	}
+	seen := make(map[string]struct{}, len(pods))
+	for _, pod := range pods {
+		key := pod.Namespace + "/" + pod.Name
+		seen[key] = struct{}{}
+		p.SyncPod(ctx, key)
+	}
+	for _, key := range p.desired.PodKeys() {
+		if _, ok := seen[key]; !ok {
+			p.SyncPod(ctx, key)
+		}
+	}
+	return nil
+}
+
+// PodsForClaim returns the keys of the pods that use the claim.
+func (p *Populator) PodsForClaim(namespace, name string) []string {
+	objs, err := p.listers.PodIndexer.ByIndex(ClaimIndex, namespace+"/"+name)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		if pod, ok := obj.(*v1.Pod); ok {
+			keys = append(keys, pod.Namespace+"/"+pod.Name)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// PodsForPV returns the keys of the pods that reach the PV through its claim.
+func (p *Populator) PodsForPV(pv *v1.PersistentVolume) []string {
+	if pv.Spec.ClaimRef == nil {
+		return nil
+	}
+	return p.PodsForClaim(pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name)
+}
+
+// PodsForDriver returns the keys of the pods that use a volume of the CSI driver.
+func (p *Populator) PodsForDriver(driver string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := make([]string, 0, len(p.podsByDriver[driver]))
+	for key := range p.podsByDriver[driver] {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (p *Populator) setDrivers(podKey string, drivers []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range p.driversByPod[podKey] {
+		if set := p.podsByDriver[d]; set != nil {
+			delete(set, podKey)
+			if len(set) == 0 {
+				delete(p.podsByDriver, d)
+			}
+		}
+	}
+	if len(drivers) == 0 {
+		delete(p.driversByPod, podKey)
+		return
+	}
+	p.driversByPod[podKey] = drivers
+	for _, d := range drivers {
+		if p.podsByDriver[d] == nil {
+			p.podsByDriver[d] = make(map[string]struct{})
+		}
+		p.podsByDriver[d][podKey] = struct{}{}
+	}
+}
+
+func (p *Populator) report(changed []csivolume.UniqueName) {
+	for _, name := range changed {
+		p.changed(name)
+	}
+}
+
+// needsVolumes tells whether the pod counts: it has a node and is not terminated.
+func needsVolumes(pod *v1.Pod) bool {
+	if pod.Spec.NodeName == "" {
+		return false
+	}
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return false
+	}
+	if pod.DeletionTimestamp == nil {
+		return true
+	}
+	return anyRunning(pod.Status.InitContainerStatuses) || anyRunning(pod.Status.ContainerStatuses) ||
+		anyRunning(pod.Status.EphemeralContainerStatuses)
+}
+
+func anyRunning(statuses []v1.ContainerStatus) bool {
+	for _, s := range statuses {
+		if s.State.Terminated == nil && s.State.Waiting == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,160 @@
+package populator
+
+import (
+	"slices"
+
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-helpers/storage/ephemeral"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+)
+
+var everything = labels.Everything()
+
+// podVolumes returns the attachable volumes the pod needs, and every CSI driver its
+// volumes use (attachable or not), so that a CSIDriver change finds the pod. A
+// volume that cannot be resolved yet (claim not bound, PV missing) is left out and
+// logged; the event that completes it re-evaluates the pod.
+func (p *Populator) podVolumes(logger klog.Logger, pod *v1.Pod) ([]cache.Volume, []string) {
+	var vols []cache.Volume
+	var drivers []string
+	for i := range pod.Spec.Volumes {
+		podVol := &pod.Spec.Volumes[i]
+		vol, ok, err := p.resolve(logger, pod, podVol)
+		if err != nil {
+			logger.V(2).Info("Volume not attachable yet", "volume", podVol.Name, "reason", err.Error())
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if !slices.Contains(drivers, vol.Driver) {
+			drivers = append(drivers, vol.Driver)
+		}
+		if p.attachRequired(vol.Driver) {
+			vols = append(vols, vol)
+		}
+	}
+	return vols, drivers
+}
+
+// resolve turns one pod volume into a CSI volume. ok is false for a volume that
+// never needs attaching (secrets, NFS, CSI ephemeral volumes...).
+func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) (cache.Volume, bool, error) {
+	switch {
+	case podVol.PersistentVolumeClaim != nil || podVol.Ephemeral != nil:
+		pv, err := p.claimedPV(pod, podVol)
+		if err != nil {
+			return cache.Volume{}, false, err
+		}
+		return p.fromPV(logger, pv)
+	case podVol.CSI != nil:
+		return cache.Volume{}, false, nil
+	case p.translator.IsInlineMigratable(podVol):
+		pv, err := p.translator.TranslateInTreeInlineVolumeToCSI(logger, podVol, pod.Namespace)
+		if err != nil {
+			return cache.Volume{}, false, fmt.Errorf("translating in-tree inline volume to CSI: %w", err)
+		}
+		if pv.Spec.CSI == nil {
+			return cache.Volume{}, false, fmt.Errorf("translation of in-tree inline volume gave no CSI source")
+		}
+		spec := pv.Spec
+		return cache.Volume{
+			Name:        csivolume.NewUniqueName(spec.CSI.Driver, spec.CSI.VolumeHandle),
+			Driver:      spec.CSI.Driver,
+			Handle:      spec.CSI.VolumeHandle,
+			InlineSpec:  &spec,
+			DisplayName: podVol.Name,
+			MultiAttach: csivolume.MultiAttachAllowed(spec.AccessModes),
+		}, true, nil
+	}
+	return cache.Volume{}, false, nil
+}
+
+// claimedPV follows a claim, or a generic ephemeral volume's claim, to its bound PV.
+func (p *Populator) claimedPV(pod *v1.Pod, podVol *v1.Volume) (*v1.PersistentVolume, error) {
+	name := claimName(pod, podVol)
+	claim, err := p.listers.Claims.PersistentVolumeClaims(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", pod.Namespace, name, err)
+	}
+	if podVol.Ephemeral != nil {
+		if err := ephemeral.VolumeIsForPod(pod, claim); err != nil {
+			return nil, err
+		}
+	}
+	if claim.Status.Phase != v1.ClaimBound || claim.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("claim %s/%s is not bound", pod.Namespace, name)
+	}
+	pv, err := p.listers.PVs.Get(claim.Spec.VolumeName)
+	if err != nil {
+		return nil, fmt.Errorf("PersistentVolume %s of claim %s/%s: %w", claim.Spec.VolumeName, pod.Namespace, name, err)
+	}
+	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != claim.UID {
+		return nil, fmt.Errorf("PersistentVolume %s is not bound to claim %s/%s (claimRef does not name the claim's uid %s)",
+			pv.Name, pod.Namespace, name, claim.UID)
+	}
+	return pv, nil
+}
+
+// fromPV turns a PersistentVolume, CSI or translatable in-tree, into a CSI volume.
+func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.Volume, bool, error) {
+	csiPV := pv
+	if pv.Spec.CSI == nil {
+		if !p.translator.IsPVMigratable(pv) {
+			return cache.Volume{}, false, nil
+		}
+		translated, err := p.translator.TranslateInTreePVToCSI(logger, pv)
+		if err != nil {
+			return cache.Volume{}, false, fmt.Errorf("translating in-tree PersistentVolume %s to CSI: %w", pv.Name, err)
+		}
+		if translated.Spec.CSI == nil {
+			return cache.Volume{}, false, fmt.Errorf("translation of PersistentVolume %s gave no CSI source", pv.Name)
+		}
+		csiPV = translated
+	}
+	src := csiPV.Spec.CSI
+	return cache.Volume{
+		Name:        csivolume.NewUniqueName(src.Driver, src.VolumeHandle),
+		Driver:      src.Driver,
+		Handle:      src.VolumeHandle,
+		PVName:      pv.Name,
+		DisplayName: pv.Name,
+		MultiAttach: csivolume.MultiAttachAllowed(pv.Spec.AccessModes),
+	}, true, nil
+}
+
+// attachRequired reads the driver's CSIDriver object: attaching is required unless
+// it says attachRequired: false; a missing object means required.
+func (p *Populator) attachRequired(driver string) bool {
+	d, err := p.listers.Drivers.Get(driver)
+	if err != nil || d.Spec.AttachRequired == nil {
+		return true
+	}
+	return *d.Spec.AttachRequired
+}
+
+// VolumeOfPV identifies the CSI volume of a PersistentVolume, for matching
+// VolumeAttachments to volumes.
+func (p *Populator) VolumeOfPV(pv *v1.PersistentVolume) (cache.Volume, bool, error) {
+	return p.fromPV(klog.Background(), pv)
+}
+
+// VolumeOfInlineSpec identifies the CSI volume of a VolumeAttachment's inline spec.
+func VolumeOfInlineSpec(spec *v1.PersistentVolumeSpec) (cache.Volume, bool) {
+	if spec == nil || spec.CSI == nil {
+		return cache.Volume{}, false
+	}
+	return cache.Volume{
+		Name:        csivolume.NewUniqueName(spec.CSI.Driver, spec.CSI.VolumeHandle),
+		Driver:      spec.CSI.Driver,
+		Handle:      spec.CSI.VolumeHandle,
+		InlineSpec:  spec,
+		MultiAttach: csivolume.MultiAttachAllowed(spec.AccessModes),
+	}, true
+}

@@ -1,0 +1,189 @@
+// Package statusupdater writes node.status.volumesAttached, the list kubelet waits
+// for before it mounts, from the controller's actual state: one merge patch per node
+// whose list changed, covering every volume that changed with it, based on the
+// informer's copy of the node (no GET), and nothing for a node that is gone.
+package statusupdater
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+)
+
+const csiPrefix = "kubernetes.io/csi/"
+
+// Updater keeps node.status.volumesAttached in step with the actual state.
+type Updater struct {
+	client  kubernetes.Interface
+	nodes   corelisters.NodeLister
+	actual  *cache.ActualState
+	metrics *metrics.Metrics
+	queue   workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	perNode map[string]*nodeRecord
+}
+
+// nodeRecord serialises the writes for one node and remembers the last list
+// written, with the resourceVersion of the informer copy it was based on: while the
+// informer still shows that version, the written list is the current one.
+type nodeRecord struct {
+	mu          sync.Mutex
+	baseVersion string
+	written     []v1.AttachedVolume
+}
+
+// New returns an Updater.
+func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, m *metrics.Metrics) *Updater {
+	return &Updater{
+		client:  client,
+		nodes:   nodes,
+		actual:  actual,
+		metrics: m,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node_status"}),
+		perNode: make(map[string]*nodeRecord),
+	}
+}
+
+// Enqueue asks for the node's list to be written soon.
+func (u *Updater) Enqueue(node string) { u.queue.Add(node) }
+
+// Run writes queued nodes with the given number of workers until ctx ends.
+func (u *Updater) Run(ctx context.Context, workers int) {
+	defer u.queue.ShutDown()
+	for range workers {
+		go wait.UntilWithContext(ctx, u.work, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (u *Updater) work(ctx context.Context) {
+	for {
+		node, shutdown := u.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := u.Sync(ctx, node); err != nil {
+			utilruntime.HandleErrorWithContext(ctx, err, "Writing node status failed, will retry", "node", node)
+			u.queue.AddRateLimited(node)
+		} else {
+			u.queue.Forget(node)
+		}
+		u.queue.Done(node)
+	}
+}
+
+// Forget drops what is remembered of a deleted node.
+func (u *Updater) Forget(node string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.perNode, node)
+}
+
+func (u *Updater) record(node string) *nodeRecord {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r, ok := u.perNode[node]
+	if !ok {
+		r = &nodeRecord{}
+		u.perNode[node] = r
+	}
+	return r
+}
+
+// Sync writes the node's status.volumesAttached now if it differs from the actual
+// state, and returns once it is written. A node that does not exist has nothing
+// to write. Entries of other volume plugins are kept as they are.
+func (u *Updater) Sync(ctx context.Context, nodeName string) error {
+	r := u.record(nodeName)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	node, err := u.nodes.Get(nodeName)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
+	}
+	if node.Annotations[cache.ManagedAnnotation] != "true" {
+		return nil
+	}
+	current := node.Status.VolumesAttached
+	if r.written != nil && node.ResourceVersion == r.baseVersion {
+		current = r.written
+	}
+	want := desiredList(current, u.actual.ReportedVolumes(nodeName))
+	if sameList(current, want) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": want}})
+	if err != nil {
+		return fmt.Errorf("encoding the status patch of node %s: %w", nodeName, err)
+	}
+	_, err = u.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
+		return nil
+	}
+	if err != nil {
+		u.metrics.NodeStatusPatches.WithLabelValues("error").Inc()
+		return fmt.Errorf("patching status.volumesAttached of node %s: %w", nodeName, err)
+	}
+	u.metrics.NodeStatusPatches.WithLabelValues("success").Inc()
+	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", nodeName, "volumesAttached", len(want))
+	r.baseVersion = node.ResourceVersion
+	r.written = want
+	return nil
+}
+
+// desiredList is the CSI volumes the actual state reports, sorted, after the
+// entries of other plugins that the node already lists.
+func desiredList(current []v1.AttachedVolume, reported []csivolume.UniqueName) []v1.AttachedVolume {
+	out := make([]v1.AttachedVolume, 0, len(reported))
+	for _, av := range current {
+		if !strings.HasPrefix(string(av.Name), csiPrefix) {
+			out = append(out, av)
+		}
+	}
+	for _, name := range reported {
+		out = append(out, v1.AttachedVolume{Name: v1.UniqueVolumeName(name), DevicePath: ""})
+	}
+	return out
+}
+
+func sameList(a, b []v1.AttachedVolume) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	key := func(av v1.AttachedVolume) string { return string(av.Name) + "\x00" + av.DevicePath }
+	ak := make([]string, len(a))
+	bk := make([]string, len(b))
+	for i := range a {
+		ak[i], bk[i] = key(a[i]), key(b[i])
+	}
+	slices.Sort(ak)
+	slices.Sort(bk)
+	return slices.Equal(ak, bk)
+}
