@@ -1,0 +1,234 @@
+// Package externalattacher runs the upstream CSI external-attacher (csi-attacher, as
+// built by hack/build-tools.sh) as a subprocess against a kubeconfig and a CSI
+// driver's unix socket, and prepares the API objects and permissions it needs.
+//
+// csi-attacher watches the VolumeAttachments whose spec.attacher is the name its
+// driver reports from GetPluginInfo. To attach one it reads the PersistentVolume named
+// in spec.source (adding the finalizer external-attacher/<driver> to it), the node's
+// CSINode for the driver's node ID (attaching fails while the CSINode or its driver
+// entry is missing), adds the same finalizer and the annotation
+// csi.alpha.kubernetes.io/node-id to the VolumeAttachment, calls ControllerPublishVolume
+// and patches status.attached, status.attachmentMetadata or status.attachError. When
+// the VolumeAttachment is deleted it calls ControllerUnpublishVolume, removes its
+// finalizer, or writes status.detachError and retries with backoff.
+package externalattacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+)
+
+// readyLine is what csi-attacher v4.13.0 logs once it has connected to the driver,
+// learned its name and capabilities, and starts its controller.
+const readyLine = `"Starting CSI attacher"`
+
+// stopGracePeriod is how long Stop waits after SIGTERM before SIGKILL.
+const stopGracePeriod = 5 * time.Second
+
+// Options configures a csi-attacher process. Zero durations and counts leave
+// csi-attacher's own defaults in place.
+type Options struct {
+	// Binary is the csi-attacher executable; by default the one hack/build-tools.sh
+	// builds (building it on first use).
+	Binary string
+	// Kubeconfig is the path of the kubeconfig csi-attacher uses. Required.
+	Kubeconfig string
+	// CSIAddress is the driver's socket, a path or unix:///path. Required.
+	CSIAddress string
+	// LogFile receives csi-attacher's output, appended. Required.
+	LogFile string
+	// Verbosity is csi-attacher's -v; 0 means 4, which logs every attach and detach step.
+	Verbosity int
+	// Timeout bounds each ControllerPublish/Unpublish call (--timeout, 15s upstream).
+	Timeout time.Duration
+	// WorkerThreads is --worker-threads (10 upstream).
+	WorkerThreads uint
+	// RetryIntervalStart and RetryIntervalMax bound the exponential backoff after a
+	// failed attach or detach (--retry-interval-start 1s, --retry-interval-max 5m upstream).
+	RetryIntervalStart, RetryIntervalMax time.Duration
+	// Resync is the informers' resync period (--resync, 10m upstream).
+	Resync time.Duration
+	// KubeAPIQPS and KubeAPIBurst are the client rate limits (5 and 10 upstream).
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+}
+
+// Args returns csi-attacher's command line for opts, without the binary. Leader
+// election stays off: one csi-attacher per driver.
+func (opts Options) Args() []string {
+	verbosity := opts.Verbosity
+	if verbosity == 0 {
+		verbosity = 4
+	}
+	args := []string{
+		"--kubeconfig=" + opts.Kubeconfig,
+		"--csi-address=" + opts.CSIAddress,
+		"--leader-election=false",
+		"--v=" + strconv.Itoa(verbosity),
+	}
+	durations := []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"timeout", opts.Timeout},
+		{"retry-interval-start", opts.RetryIntervalStart},
+		{"retry-interval-max", opts.RetryIntervalMax},
+		{"resync", opts.Resync},
+	}
+	for _, d := range durations {
+		if d.value > 0 {
+			args = append(args, "--"+d.flag+"="+d.value.String())
+		}
+	}
+	if opts.WorkerThreads > 0 {
+		args = append(args, "--worker-threads="+strconv.FormatUint(uint64(opts.WorkerThreads), 10))
+	}
+	if opts.KubeAPIQPS > 0 {
+		args = append(args, "--kube-api-qps="+strconv.FormatFloat(opts.KubeAPIQPS, 'f', -1, 64))
+	}
+	if opts.KubeAPIBurst > 0 {
+		args = append(args, "--kube-api-burst="+strconv.Itoa(opts.KubeAPIBurst))
+	}
+	return append(args, opts.ExtraArgs...)
+}
+
+// Attacher is a running csi-attacher process.
+type Attacher struct {
+	logFile string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// Start runs csi-attacher in its own process group and waits until it has connected
+// to the driver and started its controller, or ctx ends. The process outlives ctx; end
+// it with Stop. It exits by itself when it loses the driver's socket, so stop it
+// before the driver.
+func Start(ctx context.Context, opts Options) (*Attacher, error) {
+	if opts.Kubeconfig == "" || opts.CSIAddress == "" || opts.LogFile == "" {
+		return nil, errors.New("start csi-attacher: Kubeconfig, CSIAddress and LogFile are required")
+	}
+	binary := opts.Binary
+	if binary == "" {
+		var err error
+		if binary, err = testenv.Tool(ctx, "csi-attacher"); err != nil {
+			return nil, fmt.Errorf("start csi-attacher: %w", err)
+		}
+	}
+	a, err := spawn(binary, opts.Args(), opts.LogFile)
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(1).Info("Started csi-attacher", "pid", a.cmd.Process.Pid, "csiAddress", opts.CSIAddress, "log", opts.LogFile)
+	if err := a.waitReady(ctx); err != nil {
+		a.Stop()
+		return nil, fmt.Errorf("start csi-attacher (log %s): %w", opts.LogFile, err)
+	}
+	return a, nil
+}
+
+func spawn(binary string, args []string, logPath string) (*Attacher, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open csi-attacher log: %w", err)
+	}
+	defer func() { _ = logFile.Close() }()
+	if _, err := fmt.Fprintf(logFile, "+ %s %s\n", binary, strings.Join(args, " ")); err != nil {
+		return nil, fmt.Errorf("write csi-attacher log %s: %w", logPath, err)
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	// Its own process group, so Stop reaches anything it starts; killed with the
+	// test binary should that die first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start csi-attacher %s: %w", binary, err)
+	}
+	a := &Attacher{logFile: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		a.err = cmd.Wait()
+		close(a.done)
+	}()
+	return a, nil
+}
+
+func (a *Attacher) waitReady(ctx context.Context) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		log, err := os.ReadFile(a.logFile)
+		if err != nil {
+			return fmt.Errorf("read log: %w", err)
+		}
+		if strings.Contains(string(log), readyLine) {
+			return nil
+		}
+		select {
+		case <-a.done:
+			return fmt.Errorf("exited before it was ready: %v\n%s", a.err, a.LogTail(20))
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w\n%s", ctx.Err(), a.LogTail(20))
+		case <-tick.C:
+		}
+	}
+}
+
+// Pid is the process ID, also the ID of its process group.
+func (a *Attacher) Pid() int { return a.cmd.Process.Pid }
+
+// LogFile is the path of the process log.
+func (a *Attacher) LogFile() string { return a.logFile }
+
+// Done is closed when the process has exited.
+func (a *Attacher) Done() <-chan struct{} { return a.done }
+
+// Err returns how the process exited, after Done is closed.
+func (a *Attacher) Err() error {
+	<-a.done
+	return a.err
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL if it is still there after a
+// few seconds, and waits for the process. It is safe to call more than once.
+func (a *Attacher) Stop() {
+	select {
+	case <-a.done:
+		return
+	default:
+	}
+	pgid := a.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(stopGracePeriod):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-a.done
+	}
+}
+
+// LogTail returns the last lines of the process log.
+func (a *Attacher) LogTail(lines int) string {
+	data, err := os.ReadFile(a.logFile)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", a.logFile, err)
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
