@@ -137,8 +137,8 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 }
 
 // Run starts the informers, rebuilds the state from them before the first
-// decision, and then reconciles until ctx ends.
-func (c *Controller) Run(ctx context.Context) error {
+// decision, calls onReady, and then reconciles until ctx ends.
+func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	logger := klog.FromContext(ctx)
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
@@ -162,6 +162,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started),
 		"desiredVolumes", len(c.desired.Volumes()), "volumeAttachments", total, "attached", attached)
 
+	onReady()
 	go c.status.Run(ctx, c.opts.StatusWorkers)
 	go c.reconciler.Run(ctx, c.opts.Workers)
 	c.enqueueEverything()

@@ -1,0 +1,122 @@
+// Package app is the attachdetach-controller command: its flags, its clients,
+// leader election, the HTTP endpoints for probes and metrics, and the run loop.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+)
+
+// Options are the command's settings, from flags.
+type Options struct {
+	Kubeconfig  string
+	BindAddress string
+	Controller  controller.Options
+
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	EventQPS     float64
+	EventBurst   int
+
+	LeaderElect             bool
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+	LeaderElectionName      string
+	LeaderElectionNamespace string
+
+	ShowVersion bool
+}
+
+// ParseFlags reads the command line. klog's flags are registered on the same set.
+func ParseFlags(args []string, output io.Writer) (*Options, error) {
+	o := &Options{Controller: controller.DefaultOptions()}
+	fs := flag.NewFlagSet("attachdetach-controller", flag.ContinueOnError)
+	fs.SetOutput(output)
+	klog.InitFlags(fs)
+
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
+	fs.StringVar(&o.BindAddress, "bind-address", ":8080", "Address of the HTTP server for /healthz, /readyz and /metrics. Empty: no server.")
+	fs.DurationVar(&o.Controller.MaxWaitForUnmount, "max-wait-for-unmount", o.Controller.MaxWaitForUnmount,
+		"How long a volume still mounted on a node that no longer needs it stays attached before it is force-detached from a node that is not Ready.")
+	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
+		"Period of the full safety pass that re-evaluates every pod, volume and node.")
+	fs.BoolVar(&o.Controller.DisableSync, "disable-attach-detach-reconcile-sync", false, "Turn off the periodic full safety pass.")
+	fs.BoolVar(&o.Controller.DisableForceDetachOnTimeout, "disable-force-detach-on-timeout", false,
+		"Never force-detach a volume still mounted after --max-wait-for-unmount, even from a node that is not Ready.")
+	fs.DurationVar(&o.Controller.OperationTimeout, "operation-timeout", o.Controller.OperationTimeout,
+		"How long one attach or detach waits for the CSI external-attacher before it fails and is retried with backoff.")
+	fs.IntVar(&o.Controller.Workers, "workers", o.Controller.Workers, "Volumes reconciled in parallel.")
+	fs.IntVar(&o.Controller.StatusWorkers, "status-workers", o.Controller.StatusWorkers, "Nodes whose status is written in parallel.")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 20, "Queries per second to the API server, events excluded.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 30, "Burst of queries to the API server, events excluded.")
+	fs.Float64Var(&o.EventQPS, "event-qps", 10, "Events per second written to the API server, on a rate limit of their own.")
+	fs.IntVar(&o.EventBurst, "event-burst", 50, "Burst of events written to the API server.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Run only while holding the leader Lease, so that several replicas can run.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits after the last renewal before taking over.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it stops leading.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
+	fs.StringVar(&o.LeaderElectionName, "leader-elect-resource-name", "attachdetach-controller", "Name of the leader Lease.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-resource-namespace", defaultNamespace(), "Namespace of the leader Lease (default: $POD_NAMESPACE, else kube-system).")
+	fs.BoolVar(&o.ShowVersion, "version", false, "Print the version and exit.")
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.ShowVersion {
+		return o, nil
+	}
+	return o, o.Validate()
+}
+
+func defaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kube-system"
+}
+
+// Validate refuses values the controller cannot run with, naming the flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if err := o.Controller.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.KubeAPIQPS <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))
+	}
+	if o.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.KubeAPIBurst))
+	}
+	if o.EventQPS <= 0 {
+		errs = append(errs, fmt.Errorf("--event-qps must be positive, got %v", o.EventQPS))
+	}
+	if o.EventBurst < 1 {
+		errs = append(errs, fmt.Errorf("--event-burst must be at least 1, got %d", o.EventBurst))
+	}
+	if o.LeaderElect {
+		switch {
+		case o.RetryPeriod <= 0:
+			errs = append(errs, fmt.Errorf("--leader-elect-retry-period must be positive, got %s", o.RetryPeriod))
+		case o.RenewDeadline <= o.RetryPeriod:
+			errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than --leader-elect-retry-period (%s)", o.RenewDeadline, o.RetryPeriod))
+		case o.LeaseDuration <= o.RenewDeadline:
+			errs = append(errs, fmt.Errorf("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", o.LeaseDuration, o.RenewDeadline))
+		}
+		if o.LeaderElectionName == "" || o.LeaderElectionNamespace == "" {
+			errs = append(errs, errors.New("--leader-elect-resource-name and --leader-elect-resource-namespace must not be empty"))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,203 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/version"
+)
+
+// Run runs the controller until ctx ends (SIGTERM) or, with leader election, until
+// the lease is lost.
+func Run(ctx context.Context, o *Options) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting", "version", version.String())
+
+	base, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	base.UserAgent = "attachdetach-controller/" + version.Version
+	base.ContentType = "application/vnd.kubernetes.protobuf"
+	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+
+	apiConfig := rest.CopyConfig(base)
+	apiConfig.QPS, apiConfig.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+	client, err := kubernetes.NewForConfig(apiConfig)
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	eventConfig := rest.CopyConfig(base)
+	eventConfig.QPS, eventConfig.Burst = float32(o.EventQPS), o.EventBurst
+	eventClient, err := kubernetes.NewForConfig(eventConfig)
+	if err != nil {
+		return fmt.Errorf("creating the event client: %w", err)
+	}
+
+	m := metrics.New()
+	var leading, ready atomic.Bool
+	var electionCheck *leaderelection.HealthzAdaptor
+	if o.LeaderElect {
+		electionCheck = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	if o.BindAddress != "" {
+		srv, err := serve(ctx, o.BindAddress, m, electionCheck, func() bool { return !leading.Load() || ready.Load() })
+		if err != nil {
+			return err
+		}
+		defer shutdown(srv)
+	}
+
+	runController := func(ctx context.Context) error {
+		leading.Store(true)
+		m.IsLeader.Set(1)
+		defer m.IsLeader.Set(0)
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		defer broadcaster.Shutdown()
+		broadcaster.StartStructuredLogging(3)
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
+
+		factory := informers.NewSharedInformerFactory(client, 0)
+		c, err := controller.New(client, factory, recorder, m, o.Controller)
+		if err != nil {
+			return err
+		}
+		defer factory.Shutdown()
+		return c.Run(ctx, func() { ready.Store(true) })
+	}
+
+	if !o.LeaderElect {
+		return runController(ctx)
+	}
+	return runWithLeaderElection(ctx, o, client, electionCheck, runController)
+}
+
+func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.Interface, check *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	host, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("reading the hostname for the leader identity: %w", err)
+	}
+	identity := host + "_" + string(uuid.NewUUID())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	var runErr error
+	lost := make(chan struct{})
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.LeaseDuration,
+		RenewDeadline:   o.RenewDeadline,
+		RetryPeriod:     o.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            o.LeaderElectionName,
+		WatchDog:        check,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Became the leader", "identity", identity)
+				runErr = run(ctx)
+			},
+			OnStoppedLeading: func() { close(lost) },
+			OnNewLeader: func(id string) {
+				if id != identity {
+					logger.Info("Another replica leads", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("setting up leader election: %w", err)
+	}
+	logger.Info("Waiting to become the leader", "lease", o.LeaderElectionNamespace+"/"+o.LeaderElectionName, "identity", identity)
+	elector.Run(ctx)
+	select {
+	case <-lost:
+		if ctx.Err() == nil {
+			return errors.Join(errors.New("lost the leader lease"), runErr)
+		}
+	default:
+	}
+	return runErr
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// serve starts the HTTP server for probes and metrics.
+func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leaderelection.HealthzAdaptor, ready func() bool) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if election != nil {
+			if err := election.Check(r); err != nil {
+				http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "leading, state not rebuilt yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on --bind-address %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "HTTP server stopped")
+		}
+	}()
+	klog.FromContext(ctx).Info("Serving probes and metrics", "address", ln.Addr().String())
+	return srv, nil
+}
+
+func shutdown(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+}
