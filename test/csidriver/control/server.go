@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -72,6 +73,9 @@ func (s *Server) Stop() {
 
 func listen(address string) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(address, "unix://"); ok {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
 		lis, err := net.Listen("unix", path)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", path, err)

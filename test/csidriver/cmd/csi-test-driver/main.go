@@ -41,12 +41,7 @@ func run(ctx context.Context, endpoint, driverName, controlAddress string, delay
 	logger := klog.FromContext(ctx)
 	d := csidriver.New(driverName)
 	d.SetDelay(delay)
-	srv, err := csidriver.Serve(ctx, d, endpoint)
-	if err != nil {
-		return fmt.Errorf("start CSI driver: %w", err)
-	}
-	defer srv.Stop()
-
+	// The control API comes up first: once the driver answers, it can be steered.
 	var controlDone <-chan struct{}
 	if controlAddress != "" {
 		ctl, err := control.Serve(ctx, d, controlAddress)
@@ -56,6 +51,12 @@ func run(ctx context.Context, endpoint, driverName, controlAddress string, delay
 		defer ctl.Stop()
 		controlDone = ctl.Done()
 	}
+
+	srv, err := csidriver.Serve(ctx, d, endpoint)
+	if err != nil {
+		return fmt.Errorf("start CSI driver: %w", err)
+	}
+	defer srv.Stop()
 
 	select {
 	case <-ctx.Done():
