@@ -3,9 +3,9 @@ package testenv
 import (
 	"context"
 	"maps"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
