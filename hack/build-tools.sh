@@ -12,14 +12,23 @@ cache=${ADC_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attachdetach-controller/t
 bin="$cache/bin"
 mkdir -p "$bin"
 
+# build_k8s builds the missing ones of the given k8s.io/kubernetes commands in one
+# go build, so that the packages they share are compiled once.
 build_k8s() {
-	local name=$1 out="$bin/$1-$k8s_version"
-	[ -x "$out" ] && return 0
-	echo "building $name $k8s_version (first time only, a few minutes)" >&2
-	(cd "$here/tools" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" \
+	local missing=() name
+	for name in "$@"; do
+		[ -x "$bin/$name-$k8s_version" ] || missing+=("$name")
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
+	echo "building ${missing[*]} $k8s_version (first time only, a few minutes)" >&2
+	local tmp pkgs=()
+	tmp=$(mktemp -d "$cache/build.XXXXXX")
+	for name in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+	(cd "$here/tools" && CGO_ENABLED=0 go build -trimpath -o "$tmp/" \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
-		"k8s.io/kubernetes/cmd/$name")
-	mv "$out.tmp" "$out"
+		"${pkgs[@]}")
+	for name in "${missing[@]}"; do mv "$tmp/$name" "$bin/$name-$k8s_version"; done
+	rm -rf "$tmp"
 }
 
 build_attacher() {
@@ -34,11 +43,16 @@ build_attacher() {
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(kube-apiserver kube-controller-manager kubectl csi-attacher)
+k8s=()
 for t in "${targets[@]}"; do
 	case "$t" in
-	kube-apiserver | kube-controller-manager | kubectl) build_k8s "$t" ;;
-	csi-attacher) build_attacher ;;
+	kube-apiserver | kube-controller-manager | kubectl) k8s+=("$t") ;;
+	csi-attacher) ;;
 	*) echo "unknown tool $t" >&2; exit 2 ;;
 	esac
+done
+[ ${#k8s[@]} -eq 0 ] || build_k8s "${k8s[@]}"
+for t in "${targets[@]}"; do
+	[ "$t" != csi-attacher ] || build_attacher
 done
 echo "$bin"
