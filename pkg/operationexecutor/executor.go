@@ -146,12 +146,20 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 
 	waitCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
+	// The informer may not have seen the object just created: nil means "not yet"
+	// until it has been seen, and "deleted" after.
+	seen := false
 	err = e.waiter.wait(waitCtx, name, e.current(name), func(va *storagev1.VolumeAttachment) (bool, error) {
 		switch {
+		case va == nil && !seen:
+			return false, nil
 		case va == nil:
 			return true, fmt.Errorf("VolumeAttachment %s was deleted before it was attached", name)
 		case va.DeletionTimestamp != nil:
 			return true, fmt.Errorf("VolumeAttachment %s is being deleted", name)
+		}
+		seen = true
+		switch {
 		case va.Status.Attached:
 			return true, nil
 		case va.Status.AttachError != nil:
