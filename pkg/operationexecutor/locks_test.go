@@ -1,0 +1,175 @@
+package operationexecutor
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+)
+
+var (
+	vol1 = csivolume.NewUniqueName("d", "vol-1")
+	vol2 = csivolume.NewUniqueName("d", "vol-2")
+)
+
+// lockReq is one acquire: of the volume on the node, for a single-attach volume
+// (whole volume) or a multi-attach one (the node only).
+type lockReq struct {
+	vol   csivolume.UniqueName
+	node  string
+	multi bool
+}
+
+func (r lockReq) lockNode() string { return lockNode(r.multi, r.node) }
+
+func TestLocksConflicts(t *testing.T) {
+	tests := []struct {
+		name    string
+		held    []lockReq
+		req     lockReq
+		pending bool
+	}{
+		{"single-attach, free", nil, lockReq{vol1, "a", false}, false},
+		{"single-attach, same node busy", []lockReq{{vol1, "a", false}}, lockReq{vol1, "a", false}, true},
+		{"single-attach, other node busy", []lockReq{{vol1, "a", false}}, lockReq{vol1, "b", false}, true},
+		{"single-attach, other volume busy", []lockReq{{vol2, "a", false}}, lockReq{vol1, "a", false}, false},
+		{"multi-attach, other node busy", []lockReq{{vol1, "a", true}}, lockReq{vol1, "b", true}, false},
+		{"multi-attach, same node busy", []lockReq{{vol1, "a", true}}, lockReq{vol1, "a", true}, true},
+		{"whole-volume op blocks a node op", []lockReq{{vol1, "a", false}}, lockReq{vol1, "b", true}, true},
+		{"node op blocks a whole-volume op", []lockReq{{vol1, "a", true}}, lockReq{vol1, "b", false}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLocks(time.Now)
+			for _, h := range tc.held {
+				if err := l.acquire(h.vol, h.node, h.lockNode()); err != nil {
+					t.Fatalf("setup acquire %+v: %v", h, err)
+				}
+			}
+			err := l.acquire(tc.req.vol, tc.req.node, tc.req.lockNode())
+			if tc.pending != errors.Is(err, ErrPending) {
+				t.Errorf("acquire() = %v, want pending %v", err, tc.pending)
+			}
+			if !tc.pending && err != nil {
+				t.Errorf("acquire() = %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestLocksReleaseAndRunning(t *testing.T) {
+	l := newLocks(time.Now)
+	if l.anyRunning(vol1) || l.isRunning(vol1, "a") {
+		t.Fatal("running before any acquire")
+	}
+	if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"a", "b"} {
+		if !l.isRunning(vol1, node) {
+			t.Errorf("isRunning(%s) = false while a whole-volume op runs", node)
+		}
+	}
+	if !l.anyRunning(vol1) || l.anyRunning(vol2) {
+		t.Errorf("anyRunning = %v/%v, want true for vol1 only", l.anyRunning(vol1), l.anyRunning(vol2))
+	}
+	l.release(vol1, "a", wholeVolume, false)
+	if l.anyRunning(vol1) {
+		t.Error("running after release")
+	}
+
+	if err := l.acquire(vol1, "a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !l.isRunning(vol1, "a") || l.isRunning(vol1, "b") {
+		t.Errorf("isRunning a/b = %v/%v with a node op on a, want true/false", l.isRunning(vol1, "a"), l.isRunning(vol1, "b"))
+	}
+	if err := l.acquire(vol1, "b", "b"); err != nil {
+		t.Fatal(err)
+	}
+	l.release(vol1, "a", "a", false)
+	if !l.anyRunning(vol1) || !l.isRunning(vol1, "b") {
+		t.Error("op on b not running after releasing a")
+	}
+	if err := l.acquire(vol1, "a", wholeVolume); !errors.Is(err, ErrPending) {
+		t.Errorf("whole-volume acquire with b running = %v, want ErrPending", err)
+	}
+	l.release(vol1, "b", "b", false)
+	if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+		t.Errorf("whole-volume acquire once free = %v", err)
+	}
+}
+
+func TestLocksBackoff(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newLocks(func() time.Time { return now })
+	fail := func() {
+		t.Helper()
+		if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		l.release(vol1, "a", wholeVolume, true)
+	}
+	wantDelays := []time.Duration{
+		500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
+		16 * time.Second, 32 * time.Second, 64 * time.Second, maxBackoff, maxBackoff,
+	}
+	for i, want := range wantDelays {
+		fail()
+		err := l.acquire(vol1, "a", wholeVolume)
+		var backoff *BackoffError
+		if !errors.As(err, &backoff) || backoff.Remaining != want {
+			t.Fatalf("failure %d: acquire() = %v, want backoff %v", i+1, err, want)
+		}
+		now = now.Add(want - time.Millisecond)
+		if err := l.acquire(vol1, "a", wholeVolume); !errors.As(err, &backoff) || backoff.Remaining != time.Millisecond {
+			t.Fatalf("failure %d: acquire() 1ms early = %v, want 1ms of backoff left", i+1, err)
+		}
+		now = now.Add(time.Millisecond)
+	}
+	if maxBackoff != 2*time.Minute+2*time.Second {
+		t.Errorf("maxBackoff = %v, want 2m2s", maxBackoff)
+	}
+
+	if err := l.acquire(vol1, "b", wholeVolume); err != nil {
+		t.Errorf("other node backing off: %v", err)
+	}
+	l.release(vol1, "b", wholeVolume, false)
+
+	if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+		t.Fatal(err)
+	}
+	l.release(vol1, "a", wholeVolume, false)
+	fail()
+	var backoff *BackoffError
+	if err := l.acquire(vol1, "a", wholeVolume); !errors.As(err, &backoff) || backoff.Remaining != initialBackoff {
+		t.Errorf("after a success a failure backs off %v, want the initial %v", err, initialBackoff)
+	}
+}
+
+func TestLocksResetBackoff(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newLocks(func() time.Time { return now })
+	if l.resetBackoff(vol1, "a") {
+		t.Error("resetBackoff() = true with no backoff")
+	}
+	for range 3 {
+		now = now.Add(time.Minute)
+		if err := l.acquire(vol1, "a", "a"); err != nil {
+			t.Fatal(err)
+		}
+		l.release(vol1, "a", "a", true)
+	}
+	if !l.resetBackoff(vol1, "a") {
+		t.Error("resetBackoff() = false while backing off")
+	}
+	if err := l.acquire(vol1, "a", "a"); err != nil {
+		t.Fatalf("acquire after reset: %v", err)
+	}
+	l.release(vol1, "a", "a", true)
+	var backoff *BackoffError
+	if err := l.acquire(vol1, "a", "a"); !errors.As(err, &backoff) || backoff.Remaining != initialBackoff {
+		t.Errorf("failure after reset backs off %v, want the initial %v", err, initialBackoff)
+	}
+}
