@@ -1,0 +1,390 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+const attachmentsByPV = "byPV"
+
+// AttacherOptions configures an Attacher.
+type AttacherOptions struct {
+	// Drivers are the CSI driver names handled: VolumeAttachments whose spec.attacher
+	// is one of them.
+	Drivers []string
+	// AttachDelay is how long an attach takes, from the moment the simulator first
+	// sees the VolumeAttachment.
+	AttachDelay time.Duration
+	// DetachDelay is how long a detach takes, from the moment the simulator first sees
+	// the VolumeAttachment deleted.
+	DetachDelay time.Duration
+	// Workers is the number of VolumeAttachments handled in parallel; 4 by default.
+	Workers int
+}
+
+// AttacherCounts counts what an Attacher did.
+type AttacherCounts struct {
+	// Attached and Detached count successful attaches and detaches.
+	Attached, Detached int
+	// AttachErrors and DetachErrors count the errors written to status.
+	AttachErrors, DetachErrors int
+}
+
+// Attacher stands in for the CSI external-attacher: it puts its finalizer on the
+// VolumeAttachments of its drivers, marks them attached, and on deletion marks them
+// detached and lets them go.
+type Attacher struct {
+	client   kubernetes.Interface
+	opts     AttacherOptions
+	vas      cache.Indexer
+	pvs      corelisters.PersistentVolumeLister
+	queue    workqueue.TypedRateLimitingInterface[string]
+	drivers  map[string]bool
+	failures failures
+
+	mu        sync.Mutex
+	counts    AttacherCounts
+	firstSeen map[operation]time.Time // when each attach or detach began
+}
+
+// operation is an attach or a detach of one VolumeAttachment.
+type operation struct {
+	uid    types.UID
+	detach bool
+}
+
+// failures are the errors the test asked an Attacher to report, by volume handle.
+type failures struct {
+	mu             sync.Mutex
+	attach, detach map[string]string
+}
+
+func (f *failures) get(m map[string]string, handle string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	msg, ok := m[handle]
+	return msg, ok
+}
+
+// StartAttacher starts simulating the external-attacher of opts.Drivers; it runs until
+// ctx is cancelled. It returns once its caches are synced.
+func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) (*Attacher, error) {
+	client, err := kubernetes.NewForConfig(clientConfig(cfg, "sim-attacher"))
+	if err != nil {
+		return nil, fmt.Errorf("creating attacher simulator client: %w", err)
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	a := &Attacher{
+		client:    client,
+		opts:      opts,
+		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		drivers:   map[string]bool{},
+		failures:  failures{attach: map[string]string{}, detach: map[string]string{}},
+		firstSeen: map[operation]time.Time{},
+	}
+	for _, d := range opts.Drivers {
+		a.drivers[d] = true
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	vaInformer := factory.Storage().V1().VolumeAttachments().Informer()
+	if err := vaInformer.AddIndexers(cache.Indexers{attachmentsByPV: func(obj any) ([]string, error) {
+		if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Source.PersistentVolumeName != nil {
+			return []string{*va.Spec.Source.PersistentVolumeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("adding volume attachment indexer: %w", err)
+	}
+	a.vas = vaInformer.GetIndexer()
+	pvInformer := factory.Core().V1().PersistentVolumes().Informer()
+	a.pvs = factory.Core().V1().PersistentVolumes().Lister()
+	if _, err := vaInformer.AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
+		if va, ok := obj.(*storagev1.VolumeAttachment); ok && a.drivers[va.Spec.Attacher] {
+			return []string{va.Name}
+		}
+		return nil
+	})); err != nil {
+		return nil, fmt.Errorf("adding volume attachment event handler: %w", err)
+	}
+	if _, err := pvInformer.AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok {
+			return a.attachmentsOf(pv.Name)
+		}
+		return nil
+	})); err != nil {
+		return nil, fmt.Errorf("adding persistent volume event handler: %w", err)
+	}
+	factory.Start(ctx.Done())
+	if err := factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
+		return nil, fmt.Errorf("syncing attacher simulator caches: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+		factory.Shutdown()
+	}()
+	for range opts.Workers {
+		go a.work(ctx)
+	}
+	return a, nil
+}
+
+func (a *Attacher) attachmentsOf(pvName string) []string {
+	objs, err := a.vas.ByIndex(attachmentsByPV, pvName)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, obj := range objs {
+		names = append(names, obj.(*storagev1.VolumeAttachment).Name)
+	}
+	return names
+}
+
+// FailAttach makes attaching the volume with this handle fail with message in
+// status.attachError, until ClearFailures.
+func (a *Attacher) FailAttach(handle, message string) {
+	a.setFailure(a.failures.attach, handle, message)
+}
+
+// FailDetach makes detaching the volume with this handle fail with message in
+// status.detachError (the VolumeAttachment stays), until ClearFailures.
+func (a *Attacher) FailDetach(handle, message string) {
+	a.setFailure(a.failures.detach, handle, message)
+}
+
+// ClearFailures lets attaches and detaches of the volume with this handle succeed.
+func (a *Attacher) ClearFailures(handle string) {
+	a.failures.mu.Lock()
+	delete(a.failures.attach, handle)
+	delete(a.failures.detach, handle)
+	a.failures.mu.Unlock()
+	a.enqueueHandle(handle)
+}
+
+func (a *Attacher) setFailure(m map[string]string, handle, message string) {
+	a.failures.mu.Lock()
+	m[handle] = message
+	a.failures.mu.Unlock()
+	a.enqueueHandle(handle)
+}
+
+func (a *Attacher) enqueueHandle(handle string) {
+	for _, obj := range a.vas.List() {
+		va := obj.(*storagev1.VolumeAttachment)
+		if _, h, ok := a.volume(va); ok && h == handle && a.drivers[va.Spec.Attacher] {
+			a.queue.Add(va.Name)
+		}
+	}
+}
+
+// Counts returns what the Attacher did so far.
+func (a *Attacher) Counts() AttacherCounts {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.counts
+}
+
+// volume returns the CSI driver and handle a VolumeAttachment is for; ok is false
+// while its PersistentVolume is not known.
+func (a *Attacher) volume(va *storagev1.VolumeAttachment) (driver, handle string, ok bool) {
+	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
+		if spec.CSI == nil {
+			return "", "", false
+		}
+		return spec.CSI.Driver, spec.CSI.VolumeHandle, true
+	}
+	if va.Spec.Source.PersistentVolumeName == nil {
+		return "", "", false
+	}
+	pv, err := a.pvs.Get(*va.Spec.Source.PersistentVolumeName)
+	if err != nil {
+		return "", "", false
+	}
+	src := csiSource(pv)
+	if src == nil {
+		return "", "", false
+	}
+	return src.Driver, src.VolumeHandle, true
+}
+
+func (a *Attacher) work(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("sim-attacher")
+	for {
+		name, shutdown := a.queue.Get()
+		if shutdown {
+			return
+		}
+		retry, err := a.sync(ctx, name)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil && !apierrors.IsConflict(err) {
+				logger.Error(err, "Syncing volume attachment", "volumeAttachment", name)
+			}
+			a.queue.AddRateLimited(name)
+		case retry > 0:
+			a.queue.Forget(name)
+			a.queue.AddAfter(name, retry)
+		default:
+			a.queue.Forget(name)
+		}
+		a.queue.Done(name)
+	}
+}
+
+// sync moves one VolumeAttachment on; retry > 0 asks to look again after that long.
+func (a *Attacher) sync(ctx context.Context, name string) (retry time.Duration, err error) {
+	obj, exists, err := a.vas.GetByKey(name)
+	if err != nil || !exists {
+		return 0, err
+	}
+	va := obj.(*storagev1.VolumeAttachment)
+	if !a.drivers[va.Spec.Attacher] {
+		return 0, nil
+	}
+	finalizer := AttacherFinalizer(va.Spec.Attacher)
+	if va.DeletionTimestamp != nil {
+		if !slices.Contains(va.Finalizers, finalizer) {
+			return 0, nil
+		}
+		return a.detach(ctx, va, finalizer)
+	}
+	if !slices.Contains(va.Finalizers, finalizer) {
+		// The finalizer goes on first, so a deletion can never skip the detach.
+		return 0, a.patchFinalizers(ctx, va, append(slices.Clone(va.Finalizers), finalizer))
+	}
+	return a.attach(ctx, va)
+}
+
+func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) (time.Duration, error) {
+	_, handle, ok := a.volume(va)
+	if !ok {
+		return 100 * time.Millisecond, nil
+	}
+	if msg, fail := a.failures.get(a.failures.attach, handle); fail {
+		if va.Status.AttachError != nil && va.Status.AttachError.Message == msg && !va.Status.Attached {
+			return 0, nil
+		}
+		status := map[string]any{"attached": false, "attachError": storagev1.VolumeError{Time: metav1.Now(), Message: msg}}
+		if err := a.patchStatus(ctx, va, status); err != nil {
+			return 0, err
+		}
+		a.count(func(c *AttacherCounts) { c.AttachErrors++ })
+		return 0, nil
+	}
+	if va.Status.Attached && va.Status.AttachError == nil {
+		return 0, nil
+	}
+	if left := a.waited(operation{uid: va.UID}, a.opts.AttachDelay); left > 0 {
+		return left, nil
+	}
+	if err := a.patchStatus(ctx, va, map[string]any{"attached": true, "attachError": nil}); err != nil {
+		return 0, err
+	}
+	a.forget(operation{uid: va.UID})
+	a.count(func(c *AttacherCounts) { c.Attached++ })
+	return 0, nil
+}
+
+func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, finalizer string) (time.Duration, error) {
+	_, handle, ok := a.volume(va)
+	if ok {
+		if msg, fail := a.failures.get(a.failures.detach, handle); fail {
+			if va.Status.DetachError != nil && va.Status.DetachError.Message == msg {
+				return 0, nil
+			}
+			if err := a.patchStatus(ctx, va, map[string]any{"detachError": storagev1.VolumeError{Time: metav1.Now(), Message: msg}}); err != nil {
+				return 0, err
+			}
+			a.count(func(c *AttacherCounts) { c.DetachErrors++ })
+			return 0, nil
+		}
+	}
+	if left := a.waited(operation{uid: va.UID, detach: true}, a.opts.DetachDelay); left > 0 {
+		return left, nil
+	}
+	if va.Status.Attached || va.Status.DetachError != nil {
+		if err := a.patchStatus(ctx, va, map[string]any{"attached": false, "detachError": nil}); err != nil {
+			return 0, err
+		}
+	}
+	if err := a.patchFinalizers(ctx, va, slices.DeleteFunc(slices.Clone(va.Finalizers), func(f string) bool { return f == finalizer })); err != nil {
+		return 0, err
+	}
+	a.forget(operation{uid: va.UID})
+	a.forget(operation{uid: va.UID, detach: true})
+	a.count(func(c *AttacherCounts) { c.Detached++ })
+	return 0, nil
+}
+
+// waited returns how much of delay is left since the operation began, starting the
+// clock on the first call.
+func (a *Attacher) waited(op operation, delay time.Duration) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	start, ok := a.firstSeen[op]
+	if !ok {
+		start = time.Now()
+		a.firstSeen[op] = start
+	}
+	return time.Until(start.Add(delay))
+}
+
+func (a *Attacher) forget(op operation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.firstSeen, op)
+}
+
+func (a *Attacher) count(f func(*AttacherCounts)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f(&a.counts)
+}
+
+func (a *Attacher) patchStatus(ctx context.Context, va *storagev1.VolumeAttachment, status map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return fmt.Errorf("encoding status of volume attachment %s: %w", va.Name, err)
+	}
+	if _, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("patching status of volume attachment %s: %w", va.Name, err)
+	}
+	return nil
+}
+
+// patchFinalizers replaces the finalizers of the VolumeAttachment as the simulator
+// last saw it; a conflict means someone changed it meanwhile.
+func (a *Attacher) patchFinalizers(ctx context.Context, va *storagev1.VolumeAttachment, finalizers []string) error {
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": va.ResourceVersion}})
+	if err != nil {
+		return fmt.Errorf("encoding finalizers of volume attachment %s: %w", va.Name, err)
+	}
+	_, err = a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching finalizers of volume attachment %s: %w", va.Name, err)
+	}
+	return nil
+}

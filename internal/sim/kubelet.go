@@ -1,0 +1,549 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+const (
+	podsByNode  = "byNode"
+	podsByClaim = "byClaim"
+)
+
+// KubeletOptions configures a Kubelet.
+type KubeletOptions struct {
+	// Nodes are the names of the nodes simulated.
+	Nodes []string
+	// CreateNodes creates the Node objects that do not exist yet. Existing nodes get
+	// the controller-managed annotation added.
+	CreateNodes bool
+	// UnmountDelay is how long a volume stays in volumesInUse after the last pod on the
+	// node that used it terminated.
+	UnmountDelay time.Duration
+	// ManagePods also plays kubelet's part for the pods on the nodes: a pod becomes
+	// Running once all its volumes are attached (or need no attaching); a deleted pod
+	// gets its containers stopped and, once its volumes are unmounted, its object
+	// deleted for good.
+	ManagePods bool
+	// Workers is the number of nodes synced in parallel; 4 by default.
+	Workers int
+}
+
+// Kubelet simulates kubelet's side of controller-managed attach/detach on a set of
+// nodes: it keeps each node's Ready condition and status.volumesInUse the way kubelet
+// does, patching node status only when something changed.
+type Kubelet struct {
+	client     kubernetes.Interface
+	opts       KubeletOptions
+	pods       cache.Indexer
+	nodes      corelisters.NodeLister
+	csiDrivers storagelisters.CSIDriverLister
+	resolver   resolver
+	queue      workqueue.TypedRateLimitingInterface[string]
+
+	mu             sync.Mutex
+	state          map[string]*nodeState
+	podsTerminated map[types.UID]time.Time
+}
+
+// nodeState is what the simulator remembers about one node.
+type nodeState struct {
+	ready bool
+	// stuck volumes are reported in use whatever the pods do.
+	stuck map[string]bool
+	// inUse is the set of volumes reported in use by the last sync.
+	inUse map[string]bool
+	// releasedAt is when each volume being unmounted stopped being needed.
+	releasedAt map[string]time.Time
+	// written is the node as returned by the simulator's last status patch, newer
+	// than the informer's copy for a moment.
+	written *corev1.Node
+}
+
+// StartKubelet starts simulating kubelet on opts.Nodes; it runs until ctx is cancelled.
+// It returns once the nodes exist (when CreateNodes is set) and its caches are synced.
+func StartKubelet(ctx context.Context, cfg *rest.Config, opts KubeletOptions) (*Kubelet, error) {
+	client, err := kubernetes.NewForConfig(clientConfig(cfg, "sim-kubelet"))
+	if err != nil {
+		return nil, fmt.Errorf("creating kubelet simulator client: %w", err)
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	k := &Kubelet{
+		client:         client,
+		opts:           opts,
+		queue:          workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		state:          map[string]*nodeState{},
+		podsTerminated: map[types.UID]time.Time{},
+	}
+	for _, name := range opts.Nodes {
+		k.state[name] = &nodeState{ready: true, stuck: map[string]bool{}, inUse: map[string]bool{}, releasedAt: map[string]time.Time{}}
+	}
+	if err := k.ensureNodes(ctx); err != nil {
+		return nil, err
+	}
+	if err := k.startInformers(ctx); err != nil {
+		return nil, err
+	}
+	k.seedInUse()
+	for _, name := range opts.Nodes {
+		k.queue.Add(name)
+	}
+	go func() {
+		<-ctx.Done()
+		k.queue.ShutDown()
+	}()
+	for range opts.Workers {
+		go k.work(ctx)
+	}
+	return k, nil
+}
+
+func (k *Kubelet) ensureNodes(ctx context.Context) error {
+	for _, name := range k.opts.Nodes {
+		node, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && k.opts.CreateNodes:
+			if _, err := k.client.CoreV1().Nodes().Create(ctx, newNode(name), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating node %s: %w", name, err)
+			}
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading node %s: %w", name, err)
+		case node.Annotations[ControllerManagedAnnotation] != "true":
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, ControllerManagedAnnotation)
+			if _, err := k.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("annotating node %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func newNode(name string) *corev1.Node {
+	now := metav1.Now()
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux"},
+			Annotations: map[string]string{ControllerManagedAnnotation: "true"},
+		},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{readyCondition(true, now)}},
+	}
+}
+
+func readyCondition(ready bool, now metav1.Time) corev1.NodeCondition {
+	cond := corev1.NodeCondition{
+		Type:               corev1.NodeReady,
+		Status:             corev1.ConditionTrue,
+		Reason:             "KubeletReady",
+		Message:            "simulated kubelet is posting ready status",
+		LastHeartbeatTime:  now,
+		LastTransitionTime: now,
+	}
+	if !ready {
+		cond.Status = corev1.ConditionFalse
+		cond.Reason = "KubeletNotReady"
+		cond.Message = "simulated kubelet is posting not-ready status"
+	}
+	return cond
+}
+
+func (k *Kubelet) startInformers(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactory(k.client, 0)
+	podInformer := factory.Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{
+		podsByNode: func(obj any) ([]string, error) {
+			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
+				return []string{pod.Spec.NodeName}, nil
+			}
+			return nil, nil
+		},
+		podsByClaim: func(obj any) ([]string, error) {
+			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
+				return podClaims(pod), nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
+		return fmt.Errorf("adding pod indexers: %w", err)
+	}
+	k.pods = podInformer.GetIndexer()
+	k.nodes = factory.Core().V1().Nodes().Lister()
+	k.csiDrivers = factory.Storage().V1().CSIDrivers().Lister()
+	k.resolver = resolver{pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(), pvs: factory.Core().V1().PersistentVolumes().Lister()}
+
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		nodes    func(obj any) []string
+	}{
+		{podInformer, func(obj any) []string {
+			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
+				return []string{pod.Spec.NodeName}
+			}
+			return nil
+		}},
+		{factory.Core().V1().Nodes().Informer(), func(obj any) []string {
+			if node, ok := obj.(*corev1.Node); ok && k.simulates(node.Name) {
+				return []string{node.Name}
+			}
+			return nil
+		}},
+		{factory.Core().V1().PersistentVolumeClaims().Informer(), func(obj any) []string {
+			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+				return k.nodesUsingClaim(pvc.Namespace + "/" + pvc.Name)
+			}
+			return nil
+		}},
+		{factory.Core().V1().PersistentVolumes().Informer(), func(obj any) []string {
+			if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
+				return k.nodesUsingClaim(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
+			}
+			return nil
+		}},
+		{factory.Storage().V1().CSIDrivers().Informer(), func(any) []string {
+			if k.opts.ManagePods {
+				return k.opts.Nodes
+			}
+			return nil
+		}},
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(enqueueHandler(k.queue, h.nodes)); err != nil {
+			return fmt.Errorf("adding event handler: %w", err)
+		}
+	}
+	factory.Start(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		factory.Shutdown()
+	}()
+	if err := factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
+		return fmt.Errorf("syncing kubelet simulator caches: %w", err)
+	}
+	return nil
+}
+
+// enqueueHandler enqueues the keys keysOf returns for the old and new object of every
+// event.
+func enqueueHandler(queue workqueue.TypedInterface[string], keysOf func(obj any) []string) cache.ResourceEventHandler {
+	add := func(obj any) {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		for _, key := range keysOf(obj) {
+			queue.Add(key)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { add(obj) },
+		UpdateFunc: func(oldObj, newObj any) { add(oldObj); add(newObj) },
+		DeleteFunc: add,
+	}
+}
+
+func (k *Kubelet) simulates(node string) bool {
+	_, ok := k.state[node]
+	return ok
+}
+
+func (k *Kubelet) nodesUsingClaim(claim string) []string {
+	pods, err := k.pods.ByIndex(podsByClaim, claim)
+	if err != nil {
+		return nil
+	}
+	var nodes []string
+	for _, obj := range pods {
+		nodes = append(nodes, obj.(*corev1.Pod).Spec.NodeName)
+	}
+	return nodes
+}
+
+// seedInUse takes over what already-existing nodes report in use, so those volumes
+// are unmounted with the usual delay rather than at once.
+func (k *Kubelet) seedInUse() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, st := range k.state {
+		node, err := k.nodes.Get(name)
+		if err != nil {
+			continue
+		}
+		for _, vol := range node.Status.VolumesInUse {
+			st.inUse[string(vol)] = true
+		}
+	}
+}
+
+func (k *Kubelet) work(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("sim-kubelet")
+	for {
+		name, shutdown := k.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := k.syncNode(ctx, name); err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Syncing node", "node", name)
+			}
+			k.queue.AddRateLimited(name)
+		} else {
+			k.queue.Forget(name)
+		}
+		k.queue.Done(name)
+	}
+}
+
+func (k *Kubelet) syncNode(ctx context.Context, name string) error {
+	node := k.currentNode(name)
+	if node == nil {
+		return nil
+	}
+	objs, err := k.pods.ByIndex(podsByNode, name)
+	if err != nil {
+		return fmt.Errorf("listing pods of node %s: %w", name, err)
+	}
+	now := time.Now()
+	needed := map[string]bool{}
+	pods := make([]nodePod, 0, len(objs))
+	for _, obj := range objs {
+		pod := obj.(*corev1.Pod)
+		vols, unresolved, err := k.resolver.podVolumes(pod)
+		if err != nil {
+			return err
+		}
+		if !podTerminated(pod) {
+			for _, v := range vols {
+				needed[v.uniqueName()] = true
+			}
+		}
+		pods = append(pods, nodePod{pod: pod, vols: vols, unresolved: unresolved})
+	}
+
+	k.mu.Lock()
+	st := k.state[name]
+	inUse, recheck := st.update(needed, now, k.opts.UnmountDelay)
+	ready := st.ready
+	k.mu.Unlock()
+	if recheck > 0 {
+		k.queue.AddAfter(name, recheck)
+	}
+
+	if patch := statusPatch(node, inUse, ready, now); patch != nil {
+		updated, err := k.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		if err != nil {
+			return fmt.Errorf("patching status of node %s: %w", name, err)
+		}
+		k.mu.Lock()
+		st.written = updated
+		k.mu.Unlock()
+		node = updated
+	}
+	if k.opts.ManagePods {
+		return k.syncPods(ctx, node, pods, now)
+	}
+	return nil
+}
+
+// update computes the volumes to report in use given those pods need now, and when to
+// look again for a volume still being unmounted (0 if none is).
+func (st *nodeState) update(needed map[string]bool, now time.Time, unmountDelay time.Duration) (map[string]bool, time.Duration) {
+	for vol := range st.inUse {
+		if _, releasing := st.releasedAt[vol]; !needed[vol] && !st.stuck[vol] && !releasing {
+			st.releasedAt[vol] = now
+		}
+	}
+	inUse := map[string]bool{}
+	for vol := range needed {
+		inUse[vol] = true
+		delete(st.releasedAt, vol)
+	}
+	for vol := range st.stuck {
+		inUse[vol] = true
+		delete(st.releasedAt, vol)
+	}
+	var recheck time.Duration
+	for vol, at := range st.releasedAt {
+		left := at.Add(unmountDelay).Sub(now)
+		if left <= 0 {
+			delete(st.releasedAt, vol)
+			continue
+		}
+		inUse[vol] = true
+		if recheck == 0 || left < recheck {
+			recheck = left
+		}
+	}
+	st.inUse = inUse
+	return inUse, recheck
+}
+
+// currentNode returns the newest known copy of a node: the informer's, or the one the
+// last status patch returned. Nil if the node does not exist.
+func (k *Kubelet) currentNode(name string) *corev1.Node {
+	cached, err := k.nodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	k.mu.Lock()
+	written := k.state[name].written
+	k.mu.Unlock()
+	if written != nil && written.UID == cached.UID && resourceVersion(written) > resourceVersion(cached) {
+		return written
+	}
+	return cached
+}
+
+func resourceVersion(obj metav1.Object) uint64 {
+	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	return rv
+}
+
+// statusPatch returns the strategic merge patch that brings the node's volumesInUse
+// and Ready condition to the wanted state, or nil if they are there already.
+func statusPatch(node *corev1.Node, inUse map[string]bool, ready bool, now time.Time) []byte {
+	status := map[string]any{}
+	reported := map[string]bool{}
+	for _, vol := range node.Status.VolumesInUse {
+		reported[string(vol)] = true
+	}
+	if !maps.Equal(reported, inUse) {
+		if len(inUse) == 0 {
+			status["volumesInUse"] = nil
+		} else {
+			status["volumesInUse"] = slices.Sorted(maps.Keys(inUse))
+		}
+	}
+	if isReady(node) != ready {
+		status["conditions"] = []corev1.NodeCondition{readyCondition(ready, metav1.NewTime(now))}
+	}
+	if len(status) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		panic(fmt.Sprintf("encoding node status patch: %v", err))
+	}
+	return patch
+}
+
+func isReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// SetReady sets a node's Ready condition and waits until the API server has it.
+func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
+	k.mu.Lock()
+	st, ok := k.state[node]
+	if ok {
+		st.ready = ready
+	}
+	k.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("node %s is not simulated", node)
+	}
+	k.queue.Add(node)
+	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		n, err := k.nodes.Get(node)
+		return err == nil && isReady(n) == ready, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for node %s to be ready=%t: %w", node, ready, err)
+	}
+	return nil
+}
+
+// SetStuck makes a node report a volume (by unique name) in use whatever its pods do,
+// as when an unmount hangs; with stuck false the volume unmounts normally again.
+func (k *Kubelet) SetStuck(node, volume string, stuck bool) error {
+	k.mu.Lock()
+	st, ok := k.state[node]
+	if ok {
+		if stuck {
+			st.stuck[volume] = true
+		} else {
+			delete(st.stuck, volume)
+		}
+	}
+	k.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("node %s is not simulated", node)
+	}
+	k.queue.Add(node)
+	return nil
+}
+
+// IsAttached tells whether a node's status.volumesAttached lists a volume, as the
+// simulator's cache has it now.
+func (k *Kubelet) IsAttached(node, volume string) bool {
+	n, err := k.nodes.Get(node)
+	if err != nil {
+		return false
+	}
+	for _, av := range n.Status.VolumesAttached {
+		if string(av.Name) == volume {
+			return true
+		}
+	}
+	return false
+}
+
+// IsInUse tells whether a node's status.volumesInUse lists a volume, as the simulator's
+// cache has it now.
+func (k *Kubelet) IsInUse(node, volume string) bool {
+	n, err := k.nodes.Get(node)
+	if err != nil {
+		return false
+	}
+	return slices.Contains(n.Status.VolumesInUse, corev1.UniqueVolumeName(volume))
+}
+
+// WaitAttached waits until IsAttached(node, volume) is attached.
+func (k *Kubelet) WaitAttached(ctx context.Context, node, volume string, attached bool) error {
+	return k.waitFor(ctx, fmt.Sprintf("volume %s attached=%t on node %s", volume, attached, node), func() bool {
+		return k.IsAttached(node, volume) == attached
+	})
+}
+
+// WaitInUse waits until IsInUse(node, volume) is inUse.
+func (k *Kubelet) WaitInUse(ctx context.Context, node, volume string, inUse bool) error {
+	return k.waitFor(ctx, fmt.Sprintf("volume %s in use=%t on node %s", volume, inUse, node), func() bool {
+		return k.IsInUse(node, volume) == inUse
+	})
+}
+
+func (k *Kubelet) waitFor(ctx context.Context, what string, cond func() bool) error {
+	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package sim
+
+import (
+	"fmt"
+	"regexp"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	csitranslation "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2"
+)
+
+// ControllerManagedAnnotation on a Node tells kubelet that attach/detach is done by a
+// controller, not by kubelet.
+const ControllerManagedAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+// UniqueVolumeName is the name kubelet and the controller use for a CSI volume in
+// node.status.volumesAttached and node.status.volumesInUse.
+func UniqueVolumeName(driver, volumeHandle string) string {
+	return "kubernetes.io/csi/" + driver + "^" + volumeHandle
+}
+
+var notFinalizerSafe = regexp.MustCompile(`[^a-zA-Z0-9-]`)
+
+// AttacherFinalizer is the finalizer the CSI external-attacher of driver puts on the
+// VolumeAttachments it handles.
+func AttacherFinalizer(driver string) string {
+	return "external-attacher/" + notFinalizerSafe.ReplaceAllString(driver, "-")
+}
+
+var translator = csitranslation.New()
+
+// csiSource returns the CSI source of a PersistentVolume, translating an in-tree
+// source that has a CSI migration; nil for anything else.
+func csiSource(pv *corev1.PersistentVolume) *corev1.CSIPersistentVolumeSource {
+	if pv.Spec.CSI != nil {
+		return pv.Spec.CSI
+	}
+	if !translator.IsPVMigratable(pv) {
+		return nil
+	}
+	translated, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
+	if err != nil || translated.Spec.CSI == nil {
+		return nil
+	}
+	return translated.Spec.CSI
+}
+
+// podVolume is a volume a pod uses that may need attaching.
+type podVolume struct {
+	driver, handle string
+}
+
+func (v podVolume) uniqueName() string {
+	return UniqueVolumeName(v.driver, v.handle)
+}
+
+// podClaims returns the namespace/name keys of the PVCs a pod's volumes go through.
+func podClaims(pod *corev1.Pod) []string {
+	var claims []string
+	for _, vol := range pod.Spec.Volumes {
+		switch {
+		case vol.PersistentVolumeClaim != nil:
+			claims = append(claims, pod.Namespace+"/"+vol.PersistentVolumeClaim.ClaimName)
+		case vol.Ephemeral != nil:
+			claims = append(claims, pod.Namespace+"/"+pod.Name+"-"+vol.Name)
+		}
+	}
+	return claims
+}
+
+// resolver finds the CSI volumes behind a pod's volumes through the informer caches.
+type resolver struct {
+	pvcs corelisters.PersistentVolumeClaimLister
+	pvs  corelisters.PersistentVolumeLister
+}
+
+// podVolumes returns the CSI volumes a pod uses that are resolved by now, and how many
+// claims are not: a claim resolves once it is bound and its PV is known.
+func (r resolver) podVolumes(pod *corev1.Pod) (vols []podVolume, unresolved int, err error) {
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		var claim string
+		switch {
+		case vol.PersistentVolumeClaim != nil:
+			claim = vol.PersistentVolumeClaim.ClaimName
+		case vol.Ephemeral != nil:
+			claim = pod.Name + "-" + vol.Name
+		case translator.IsInlineMigratable(vol):
+			pv, err := translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), vol, pod.Namespace)
+			if err != nil {
+				return nil, 0, fmt.Errorf("translating inline volume %q of pod %s/%s: %w", vol.Name, pod.Namespace, pod.Name, err)
+			}
+			if pv.Spec.CSI != nil {
+				vols = append(vols, podVolume{driver: pv.Spec.CSI.Driver, handle: pv.Spec.CSI.VolumeHandle})
+			}
+			continue
+		default:
+			continue
+		}
+		pvc, err := r.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
+		if apierrors.IsNotFound(err) || (err == nil && pvc.Spec.VolumeName == "") {
+			unresolved++
+			continue
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("reading claim %s/%s: %w", pod.Namespace, claim, err)
+		}
+		pv, err := r.pvs.Get(pvc.Spec.VolumeName)
+		if apierrors.IsNotFound(err) {
+			unresolved++
+			continue
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("reading volume %s: %w", pvc.Spec.VolumeName, err)
+		}
+		if src := csiSource(pv); src != nil {
+			vols = append(vols, podVolume{driver: src.Driver, handle: src.VolumeHandle})
+		}
+	}
+	return vols, unresolved, nil
+}
+
+// podTerminated tells whether a pod no longer needs its volumes: it finished, or it
+// was deleted and none of its containers runs any more.
+func podTerminated(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, s := range statuses {
+			if s.State.Running != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// clientConfig returns a copy of cfg with the simulator's user agent.
+func clientConfig(cfg *rest.Config, userAgent string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = userAgent
+	}
+	return cfg
+}
