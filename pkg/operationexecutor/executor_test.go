@@ -1,0 +1,655 @@
+package operationexecutor
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	clienttesting "k8s.io/client-go/testing"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+)
+
+const (
+	testDriver = "example.csi.k8s.io"
+	testNode   = "node-1"
+	testHandle = "vol-0123"
+	vaUID      = types.UID("va-uid")
+	waitLimit  = 5 * time.Second
+)
+
+var (
+	testPV = cache.Volume{
+		Name: csivolume.NewUniqueName(testDriver, testHandle), Driver: testDriver, Handle: testHandle,
+		PVName: "pv-1", DisplayName: "pv-1",
+	}
+	testPods = []cache.PodRef{{Namespace: "ns", Name: "db-0", UID: "pod-uid"}}
+	// testVAName is the contract name, computed here independently.
+	testVAName = fmt.Sprintf("csi-%x", sha256.Sum256([]byte(testHandle+testDriver+testNode)))
+)
+
+// orderLog records, in order, the requests the operations made.
+type orderLog struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (l *orderLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, e)
+}
+
+func (l *orderLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.entries)
+}
+
+// fakeNodeStatus stands for the status updater: it records its calls and what
+// node status would list at the moment of each Sync.
+type fakeNodeStatus struct {
+	actual *cache.ActualState
+	log    *orderLog
+
+	mu             sync.Mutex
+	err            error
+	reportedAtSync [][]csivolume.UniqueName
+	enqueued       []string
+}
+
+func (f *fakeNodeStatus) Sync(_ context.Context, node string) error {
+	f.log.add("sync " + node)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reportedAtSync = append(f.reportedAtSync, f.actual.ReportedVolumes(node))
+	return f.err
+}
+
+func (f *fakeNodeStatus) Enqueue(node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.enqueued = append(f.enqueued, node)
+}
+
+func (f *fakeNodeStatus) enqueuedNodes() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.enqueued)
+}
+
+type execHarness struct {
+	client   *fake.Clientset
+	vas      toolscache.Indexer
+	actual   *cache.ActualState
+	status   *fakeNodeStatus
+	log      *orderLog
+	recorder *record.FakeRecorder
+	done     chan csivolume.UniqueName
+	exec     *Executor
+
+	mu sync.Mutex
+	// informerSeesCreates makes the VolumeAttachment informer hold every created
+	// object by the time Create returns.
+	informerSeesCreates bool
+	createErr           error
+	deleteErr           error
+	created             []*storagev1.VolumeAttachment
+	deletes             []clienttesting.DeleteAction
+}
+
+func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object) *execHarness {
+	t.Helper()
+	h := &execHarness{
+		client:   fake.NewClientset(objs...),
+		vas:      toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}),
+		actual:   cache.NewActualState(),
+		log:      &orderLog{},
+		recorder: record.NewFakeRecorder(10),
+		done:     make(chan csivolume.UniqueName, 10),
+	}
+	h.status = &fakeNodeStatus{actual: h.actual, log: h.log}
+	h.client.PrependReactor("create", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		va := a.(clienttesting.CreateAction).GetObject().(*storagev1.VolumeAttachment)
+		va.UID = vaUID
+		h.log.add("create " + va.Name)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.created = append(h.created, va.DeepCopy())
+		if h.createErr != nil {
+			return true, nil, h.createErr
+		}
+		if h.informerSeesCreates {
+			if err := h.vas.Add(va.DeepCopy()); err != nil {
+				t.Error(err)
+			}
+		}
+		return false, nil, nil
+	})
+	h.client.PrependReactor("delete", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		d := a.(clienttesting.DeleteAction)
+		h.log.add("delete " + d.GetName())
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.deletes = append(h.deletes, d)
+		if h.deleteErr != nil {
+			return true, nil, h.deleteErr
+		}
+		return false, nil, nil
+	})
+	h.exec = New(Config{
+		Client:     h.client,
+		VALister:   storagelisters.NewVolumeAttachmentLister(h.vas),
+		Actual:     h.actual,
+		NodeStatus: h.status,
+		Events:     podevents.NewEmitter(h.recorder),
+		Metrics:    metrics.New(),
+		Timeout:    timeout,
+		Done:       func(v csivolume.UniqueName) { h.done <- v },
+	})
+	return h
+}
+
+func (h *execHarness) waitDone(t *testing.T) {
+	t.Helper()
+	select {
+	case v := <-h.done:
+		if v != testPV.Name {
+			t.Errorf("Done(%s), want Done(%s)", v, testPV.Name)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("operation did not end")
+	}
+}
+
+// waitWaiting returns once the operation waits for news of the VolumeAttachment,
+// and fails if it ends first.
+func (h *execHarness) waitWaiting(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		h.exec.waiter.mu.Lock()
+		n := len(h.exec.waiter.waiting[name])
+		h.exec.waiter.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		select {
+		case <-h.done:
+			t.Fatalf("operation ended before waiting for VolumeAttachment %s; events %q", name, h.events())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	t.Fatalf("operation never waited for VolumeAttachment %s", name)
+}
+
+func (h *execHarness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func (h *execHarness) backingOff(vol csivolume.UniqueName, node string) bool {
+	h.exec.locks.mu.Lock()
+	defer h.exec.locks.mu.Unlock()
+	_, ok := h.exec.locks.backoff[backoffKey{vol, node}]
+	return ok
+}
+
+func withStatus(va *storagev1.VolumeAttachment, mutate func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+	out := va.DeepCopy()
+	mutate(out)
+	return out
+}
+
+func TestAttachCreatesVolumeAttachment(t *testing.T) {
+	inlineSpec := &v1.PersistentVolumeSpec{
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		PersistentVolumeSource: v1.PersistentVolumeSource{
+			CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: testHandle, FSType: "ext4"},
+		},
+	}
+	inline := testPV
+	inline.PVName = ""
+	inline.DisplayName = "disk"
+	inline.InlineSpec = inlineSpec
+	pvName := "pv-1"
+	tests := []struct {
+		name string
+		vol  cache.Volume
+		want storagev1.VolumeAttachmentSource
+	}{
+		{"PersistentVolume", testPV, storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		{"inline volume migrated to CSI", inline, storagev1.VolumeAttachmentSource{InlineVolumeSpec: inlineSpec}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, time.Minute)
+			h.informerSeesCreates = true
+			if err := h.exec.Attach(t.Context(), tc.vol, testNode, testPods); err != nil {
+				t.Fatalf("Attach: %v", err)
+			}
+			h.waitWaiting(t, testVAName)
+			h.mu.Lock()
+			created := h.created
+			h.mu.Unlock()
+			if len(created) != 1 {
+				t.Fatalf("created %d VolumeAttachments, want 1", len(created))
+			}
+			va := created[0]
+			if va.Name != testVAName {
+				t.Errorf("name = %q, want %q", va.Name, testVAName)
+			}
+			if va.Spec.Attacher != testDriver || va.Spec.NodeName != testNode {
+				t.Errorf("attacher %q nodeName %q, want %q %q", va.Spec.Attacher, va.Spec.NodeName, testDriver, testNode)
+			}
+			if !equality.Semantic.DeepEqual(va.Spec.Source, tc.want) {
+				t.Errorf("source = %+v, want %+v", va.Spec.Source, tc.want)
+			}
+			att, ok := h.actual.Get(tc.vol.Name, testNode)
+			if !ok || att.VolumeAttachment != testVAName || att.UID != vaUID || att.Attached {
+				t.Errorf("actual state after create = %+v, %v, want the new, not yet attached object", att, ok)
+			}
+			h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+			h.waitDone(t)
+		})
+	}
+}
+
+func TestAttachOutcome(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		// observe is what the informer delivers once the operation waits; nil
+		// delivers nothing.
+		observe   func(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment
+		wantEvent string
+	}{
+		{
+			name:    "attached",
+			timeout: time.Minute,
+			observe: func(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment {
+				return withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true })
+			},
+			wantEvent: `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`,
+		},
+		{
+			name:    "attach error",
+			timeout: time.Minute,
+			observe: func(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment {
+				return withStatus(va, func(va *storagev1.VolumeAttachment) {
+					va.Status.AttachError = &storagev1.VolumeError{Message: "rpc error: code = NotFound desc = no disk vol-0123"}
+				})
+			},
+			wantEvent: `Warning FailedAttachVolume AttachVolume.Attach failed for volume "pv-1" : rpc error: code = NotFound desc = no disk vol-0123`,
+		},
+		{
+			name:    "deleted while waiting",
+			timeout: time.Minute,
+			observe: func(*storagev1.VolumeAttachment) *storagev1.VolumeAttachment { return nil },
+			wantEvent: `Warning FailedAttachVolume AttachVolume.Attach failed for volume "pv-1" : VolumeAttachment ` +
+				testVAName + ` was deleted before it was attached`,
+		},
+		{
+			name:    "being deleted while waiting",
+			timeout: time.Minute,
+			observe: func(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment {
+				return withStatus(va, func(va *storagev1.VolumeAttachment) {
+					now := metav1.Now()
+					va.DeletionTimestamp = &now
+				})
+			},
+			wantEvent: `Warning FailedAttachVolume AttachVolume.Attach failed for volume "pv-1" : VolumeAttachment ` +
+				testVAName + ` is being deleted`,
+		},
+		{
+			name:    "timed out",
+			timeout: 50 * time.Millisecond,
+			wantEvent: `Warning FailedAttachVolume AttachVolume.Attach failed for volume "pv-1" : timed out after 50ms ` +
+				`waiting for the external-attacher of example.csi.k8s.io to attach VolumeAttachment ` + testVAName,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, tc.timeout)
+			h.informerSeesCreates = true
+			if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+				t.Fatalf("Attach: %v", err)
+			}
+			if tc.observe != nil {
+				h.waitWaiting(t, testVAName)
+				va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.exec.ObserveVolumeAttachment(testVAName, tc.observe(va))
+			}
+			h.waitDone(t)
+			if got := h.events(); !slices.Equal(got, []string{tc.wantEvent}) {
+				t.Errorf("events = %q, want %q", got, tc.wantEvent)
+			}
+			failed := strings.HasPrefix(tc.wantEvent, "Warning")
+			if h.backingOff(testPV.Name, testNode) != failed {
+				t.Errorf("backing off = %v, want %v", !failed, failed)
+			}
+			if h.exec.AnyRunning(testPV.Name) {
+				t.Error("lock still held after the operation ended")
+			}
+		})
+	}
+}
+
+func TestAttachToExistingAttachedVolumeAttachment(t *testing.T) {
+	existing := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: testVAName, UID: vaUID},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: testNode},
+		Status:     storagev1.VolumeAttachmentStatus{Attached: true},
+	}
+	h := newExecHarness(t, time.Minute, existing)
+	if err := h.vas.Add(existing); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitDone(t)
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	if got := h.events(); !slices.Equal(got, []string{want}) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+}
+
+// TestAttachBeforeTheInformerSeesTheNewObject: right after Create the informer
+// does not hold the object yet; that is no reason to fail the attach.
+func TestAttachBeforeTheInformerSeesTheNewObject(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitWaiting(t, testVAName)
+	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.waitDone(t)
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	if got := h.events(); !slices.Equal(got, []string{want}) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+}
+
+func TestAttachCreateFails(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	h.createErr = apierrors.NewForbidden(storagev1.Resource("volumeattachments"), testVAName, errors.New("denied"))
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitDone(t)
+	got := h.events()
+	if len(got) != 1 || !strings.HasPrefix(got[0], `Warning FailedAttachVolume AttachVolume.Attach failed for volume "pv-1" : creating VolumeAttachment `+testVAName) {
+		t.Errorf("events = %q, want a FailedAttachVolume event naming the create error", got)
+	}
+	if _, ok := h.actual.Get(testPV.Name, testNode); ok {
+		t.Error("actual state records an attachment whose object was never created")
+	}
+	var backoff *BackoffError
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); !errors.As(err, &backoff) {
+		t.Errorf("Attach right after a failure = %v, want a BackoffError", err)
+	}
+}
+
+func TestOperationsExclusion(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	h.informerSeesCreates = true
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitWaiting(t, testVAName)
+	if err := h.exec.Attach(t.Context(), testPV, "node-2", testPods); !errors.Is(err, ErrPending) {
+		t.Errorf("second attach of a single-attach volume = %v, want ErrPending", err)
+	}
+	att := cache.Attachment{Volume: testPV.Name, Node: "node-2", VolumeAttachment: "other"}
+	if err := h.exec.Detach(t.Context(), att, false); !errors.Is(err, ErrPending) {
+		t.Errorf("detach of a single-attach volume during an attach = %v, want ErrPending", err)
+	}
+	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.AnyRunning(testPV.Name) {
+		t.Error("IsRunning/AnyRunning false during an attach of a single-attach volume")
+	}
+	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.waitDone(t)
+}
+
+// attachedObject is an attached VolumeAttachment of testPV on testNode.
+func attachedObject() *storagev1.VolumeAttachment {
+	pv := testPV.PVName
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: testVAName, UID: vaUID, ResourceVersion: "5"},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: testDriver, NodeName: testNode,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true},
+	}
+}
+
+// newDetachHarness sets up an attached volume known to the server, the informer
+// and the actual state, and returns the attachment to detach.
+func newDetachHarness(t *testing.T, timeout time.Duration) (*execHarness, cache.Attachment) {
+	t.Helper()
+	h := newExecHarness(t, timeout, attachedObject())
+	if err := h.vas.Add(attachedObject()); err != nil {
+		t.Fatal(err)
+	}
+	h.actual.Observe(cache.Observation{Volume: testPV.Name, Node: testNode, VolumeAttachment: testVAName, UID: vaUID, Attached: true})
+	att, _ := h.actual.Get(testPV.Name, testNode)
+	return h, att
+}
+
+func TestDetachSuccess(t *testing.T) {
+	h, att := newDetachHarness(t, time.Minute)
+	if err := h.exec.Detach(t.Context(), att, false); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	h.waitWaiting(t, testVAName)
+
+	if got, want := h.log.get(), []string{"sync " + testNode, "delete " + testVAName}; !slices.Equal(got, want) {
+		t.Errorf("requests = %q, want %q (node status written before the delete)", got, want)
+	}
+	h.status.mu.Lock()
+	reported := h.status.reportedAtSync
+	h.status.mu.Unlock()
+	if len(reported) != 1 || slices.Contains(reported[0], testPV.Name) {
+		t.Errorf("node status at Sync would list %q, want the volume left out", reported)
+	}
+	h.mu.Lock()
+	deletes := h.deletes
+	h.mu.Unlock()
+	if len(deletes) != 1 {
+		t.Fatalf("%d deletes, want 1", len(deletes))
+	}
+	pre := deletes[0].GetDeleteOptions().Preconditions
+	if pre == nil || pre.UID == nil || *pre.UID != vaUID {
+		t.Errorf("delete preconditions = %+v, want uid %s", pre, vaUID)
+	}
+	if got, _ := h.actual.Get(testPV.Name, testNode); !got.Deleting || got.Reported() {
+		t.Errorf("attachment during the wait = %+v, want deleting and not reported", got)
+	}
+
+	select {
+	case <-h.done:
+		t.Fatal("detach ended before the VolumeAttachment was gone")
+	default:
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(attachedObject(), func(va *storagev1.VolumeAttachment) {
+		now := metav1.Now()
+		va.DeletionTimestamp = &now
+	}))
+	select {
+	case <-h.done:
+		t.Fatal("detach ended while the VolumeAttachment was only being deleted")
+	case <-time.After(20 * time.Millisecond):
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, nil)
+	h.waitDone(t)
+	if h.backingOff(testPV.Name, testNode) {
+		t.Error("backing off after a successful detach")
+	}
+	if got := h.status.enqueuedNodes(); len(got) != 0 {
+		t.Errorf("node status enqueued %q after a successful detach, want nothing", got)
+	}
+	if got := h.events(); len(got) != 0 {
+		t.Errorf("events = %q, want none", got)
+	}
+}
+
+func TestDetachOutcome(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		// syncErr makes the node status write fail.
+		syncErr error
+		// deleteErr makes the delete request fail.
+		deleteErr error
+		// observe is what the informer delivers once the operation waits; nil
+		// delivers nothing.
+		observe    func() *storagev1.VolumeAttachment
+		wantLog    []string
+		wantFailed bool
+	}{
+		{
+			name:       "node status write fails: no delete",
+			timeout:    time.Minute,
+			syncErr:    errors.New("node status patch refused"),
+			wantLog:    []string{"sync " + testNode},
+			wantFailed: true,
+		},
+		{
+			name:       "delete refused by the uid precondition",
+			timeout:    time.Minute,
+			deleteErr:  apierrors.NewConflict(storagev1.Resource("volumeattachments"), testVAName, errors.New("uid mismatch")),
+			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantFailed: true,
+		},
+		{
+			name:       "delete fails",
+			timeout:    time.Minute,
+			deleteErr:  apierrors.NewServiceUnavailable("try later"),
+			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantFailed: true,
+		},
+		{
+			name:    "external-attacher reports a detach error",
+			timeout: time.Minute,
+			observe: func() *storagev1.VolumeAttachment {
+				return withStatus(attachedObject(), func(va *storagev1.VolumeAttachment) {
+					va.Status.DetachError = &storagev1.VolumeError{Message: "rpc error: code = Internal desc = busy"}
+				})
+			},
+			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantFailed: true,
+		},
+		{
+			name:       "VolumeAttachment still there at the timeout",
+			timeout:    50 * time.Millisecond,
+			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantFailed: true,
+		},
+		{
+			name:    "replaced by a new object of the same name",
+			timeout: time.Minute,
+			observe: func() *storagev1.VolumeAttachment {
+				return withStatus(attachedObject(), func(va *storagev1.VolumeAttachment) { va.UID = "new-uid" })
+			},
+			wantLog: []string{"sync " + testNode, "delete " + testVAName},
+		},
+		{
+			name:    "gone",
+			timeout: time.Minute,
+			observe: func() *storagev1.VolumeAttachment { return nil },
+			wantLog: []string{"sync " + testNode, "delete " + testVAName},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, att := newDetachHarness(t, tc.timeout)
+			h.status.err = tc.syncErr
+			h.deleteErr = tc.deleteErr
+			if err := h.exec.Detach(t.Context(), att, false); err != nil {
+				t.Fatalf("Detach: %v", err)
+			}
+			if tc.observe != nil {
+				h.waitWaiting(t, testVAName)
+				h.exec.ObserveVolumeAttachment(testVAName, tc.observe())
+			}
+			h.waitDone(t)
+			if got := h.log.get(); !slices.Equal(got, tc.wantLog) {
+				t.Errorf("requests = %q, want %q", got, tc.wantLog)
+			}
+			if got := h.backingOff(testPV.Name, testNode); got != tc.wantFailed {
+				t.Errorf("backing off = %v, want %v", got, tc.wantFailed)
+			}
+			got, _ := h.actual.Get(testPV.Name, testNode)
+			enqueued := h.status.enqueuedNodes()
+			if tc.wantFailed {
+				if !got.Reported() {
+					t.Errorf("attachment after a failed detach = %+v, want reported as attached again", got)
+				}
+				if !slices.Equal(enqueued, []string{testNode}) {
+					t.Errorf("node status enqueued %q, want [%s] to list the volume again", enqueued, testNode)
+				}
+				return
+			}
+			if got.Reported() {
+				t.Errorf("attachment after a detach = %+v, want not reported", got)
+			}
+			if len(enqueued) != 0 {
+				t.Errorf("node status enqueued %q, want nothing", enqueued)
+			}
+		})
+	}
+}
+
+func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
+	h, att := newDetachHarness(t, time.Minute)
+	if err := h.vas.Delete(attachedObject()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.exec.Detach(t.Context(), att, true); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	h.waitDone(t)
+	if h.backingOff(testPV.Name, testNode) {
+		t.Error("backing off after a detach of an object already gone")
+	}
+}
