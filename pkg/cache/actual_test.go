@@ -283,3 +283,25 @@ func TestUnresolvedAttachments(t *testing.T) {
 		t.Errorf("UnresolvedHolders(pv-a) = %q, want %q", got, want)
 	}
 }
+
+func TestObserveReplacementObjectStartsAfresh(t *testing.T) {
+	t.Skip("bug: cache.ActualState.Observe keeps Deleting and HiddenFromNodeStatus when the VolumeAttachment of the " +
+		"same name now has another UID (a new object, e.g. seen through an informer relist that reports the " +
+		"replacement as an update): the new attachment then counts as being deleted forever, so the reconciler " +
+		"never detaches it nor resets its multi-attach wait, and it is never reported in node status")
+	s := cache.NewActualState()
+	old := observation(volA, "node-1", true)
+	s.Observe(old)
+	s.SetHiddenFromNodeStatus(volA.Name, "node-1", true)
+	s.MarkDeleting(volA.Name, "node-1")
+
+	replacement := old
+	replacement.UID = "uid-replacement"
+	if !s.Observe(replacement) {
+		t.Error("Observe() of an attached replacement = false, want a node status change")
+	}
+	att, _ := s.Get(volA.Name, "node-1")
+	if att.Deleting || att.HiddenFromNodeStatus || !att.Reported() {
+		t.Errorf("replacement attachment = %+v, want not deleting, not hidden, reported", att)
+	}
+}
