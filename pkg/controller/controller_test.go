@@ -1,0 +1,457 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+)
+
+const testDriver = "example.csi.k8s.io"
+
+func newTestController(t *testing.T, serverObjs ...runtime.Object) *Controller {
+	t.Helper()
+	client := fake.NewClientset(serverObjs...)
+	c, err := New(client, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// addToInformers puts objects into the informer caches, as if the informers had
+// listed them.
+func addToInformers(t *testing.T, c *Controller, objs ...runtime.Object) {
+	t.Helper()
+	for _, obj := range objs {
+		var indexer toolscache.Indexer
+		switch obj.(type) {
+		case *v1.Pod:
+			indexer = c.informers.pods.Informer().GetIndexer()
+		case *v1.Node:
+			indexer = c.informers.nodes.Informer().GetIndexer()
+		case *v1.PersistentVolumeClaim:
+			indexer = c.informers.claims.Informer().GetIndexer()
+		case *v1.PersistentVolume:
+			indexer = c.informers.pvs.Informer().GetIndexer()
+		case *storagev1.VolumeAttachment:
+			indexer = c.informers.attachments.Informer().GetIndexer()
+		default:
+			t.Fatalf("no informer for %T", obj)
+		}
+		if err := indexer.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func node(name string, attached []csivolume.UniqueName, inUse []csivolume.UniqueName) *v1.Node {
+	n := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
+		Status:     v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
+	}
+	for _, v := range attached {
+		n.Status.VolumesAttached = append(n.Status.VolumesAttached, v1.AttachedVolume{Name: v1.UniqueVolumeName(v)})
+	}
+	for _, v := range inUse {
+		n.Status.VolumesInUse = append(n.Status.VolumesInUse, v1.UniqueVolumeName(v))
+	}
+	return n
+}
+
+func csiPV(name, handle, claimNamespace, claimName string, modes ...v1.PersistentVolumeAccessMode) *v1.PersistentVolume {
+	return &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes: modes,
+			ClaimRef:    &v1.ObjectReference{Namespace: claimNamespace, Name: claimName, UID: types.UID("uid-" + claimName)},
+			PersistentVolumeSource: v1.PersistentVolumeSource{
+				CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: handle},
+			},
+		},
+	}
+}
+
+func boundClaim(namespace, name, pv string) *v1.PersistentVolumeClaim {
+	return &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: pv},
+		Status:     v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound},
+	}
+}
+
+func podUsing(namespace, name, nodeName, claim string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{NodeName: nodeName, Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+		}}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning},
+	}
+}
+
+func volumeAttachment(handle, nodeName string, source storagev1.VolumeAttachmentSource, attached bool) *storagev1.VolumeAttachment {
+	name := csivolume.AttachmentName(handle, testDriver, nodeName)
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: nodeName, Source: source},
+		Status:     storagev1.VolumeAttachmentStatus{Attached: attached},
+	}
+}
+
+func pvSource(name string) storagev1.VolumeAttachmentSource {
+	return storagev1.VolumeAttachmentSource{PersistentVolumeName: &name}
+}
+
+func TestNodeDecisionsChanged(t *testing.T) {
+	volA := csivolume.NewUniqueName(testDriver, "a")
+	volB := csivolume.NewUniqueName(testDriver, "b")
+	base := cache.Node{Name: "n", Exists: true, Known: true, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{volA: {}}}
+	with := func(mutate func(n *cache.Node)) cache.Node {
+		n := base
+		n.InUse = map[csivolume.UniqueName]struct{}{volA: {}}
+		mutate(&n)
+		return n
+	}
+	tests := []struct {
+		name string
+		prev cache.Node
+		now  cache.Node
+		want bool
+	}{
+		{"nothing", base, with(func(*cache.Node) {}), false},
+		{"created", cache.Node{Name: "n"}, base, true},
+		{"deleted", base, with(func(n *cache.Node) { n.Exists, n.Ready = false, false }), true},
+		{"became unmanaged", base, with(func(n *cache.Node) { n.Managed = false }), true},
+		{"became NotReady", base, with(func(n *cache.Node) { n.Ready = false }), true},
+		{"out-of-service taint", base, with(func(n *cache.Node) { n.OutOfService = true }), true},
+		{"volume unmounted", base, with(func(n *cache.Node) { n.InUse = map[csivolume.UniqueName]struct{}{} }), true},
+		{"volume mounted", base, with(func(n *cache.Node) { n.InUse[volB] = struct{}{} }), true},
+		{"one unmounted, another mounted", base, with(func(n *cache.Node) { n.InUse = map[csivolume.UniqueName]struct{}{volB: {}} }), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nodeDecisionsChanged(tc.prev, tc.now); got != tc.want {
+				t.Errorf("nodeDecisionsChanged() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIdentifyVolume(t *testing.T) {
+	csiName := csivolume.NewUniqueName(testDriver, "h-1")
+	inline := &v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+		CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: "h-inline"},
+	}}
+	ebsPV := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-ebs"},
+		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+			AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0abc"},
+		}},
+	}
+	ebsVA := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: csivolume.AttachmentName("vol-0abc", "ebs.csi.aws.com", "node-1")},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: "ebs.csi.aws.com", NodeName: "node-1", Source: pvSource("pv-ebs")},
+	}
+	tests := []struct {
+		name   string
+		objs   []runtime.Object
+		va     *storagev1.VolumeAttachment
+		want   csivolume.UniqueName
+		wantOK bool
+	}{
+		{
+			name:   "inline spec",
+			va:     volumeAttachment("h-inline", "node-1", storagev1.VolumeAttachmentSource{InlineVolumeSpec: inline}, true),
+			want:   csivolume.NewUniqueName(testDriver, "h-inline"),
+			wantOK: true,
+		},
+		{
+			name:   "CSI PV",
+			objs:   []runtime.Object{csiPV("pv-1", "h-1", "ns", "data")},
+			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+			want:   csiName,
+			wantOK: true,
+		},
+		{
+			name:   "in-tree PV translated",
+			objs:   []runtime.Object{ebsPV},
+			va:     ebsVA,
+			want:   csivolume.NewUniqueName("ebs.csi.aws.com", "vol-0abc"),
+			wantOK: true,
+		},
+		{
+			name:   "PV gone, node status lists it as attached",
+			objs:   []runtime.Object{node("node-1", []csivolume.UniqueName{csivolume.NewUniqueName(testDriver, "other"), csiName}, nil)},
+			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+			want:   csiName,
+			wantOK: true,
+		},
+		{
+			name:   "PV gone, node status lists it in use",
+			objs:   []runtime.Object{node("node-1", nil, []csivolume.UniqueName{csiName})},
+			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+			want:   csiName,
+			wantOK: true,
+		},
+		{
+			name: "PV gone, node status lists only other volumes",
+			objs: []runtime.Object{node("node-1", []csivolume.UniqueName{csivolume.NewUniqueName(testDriver, "other")}, nil)},
+			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+		},
+		{
+			name: "PV gone, node status lists a volume of another driver with the same handle",
+			objs: []runtime.Object{node("node-1", []csivolume.UniqueName{csivolume.NewUniqueName("other.csi.k8s.io", "h-1")}, nil)},
+			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+		},
+		{
+			name: "PV and node gone",
+			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestController(t)
+			addToInformers(t, c, tc.objs...)
+			got, ok := c.identifyVolume(tc.va)
+			if ok != tc.wantOK || got != tc.want {
+				t.Errorf("identifyVolume() = %q, %v, want %q, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestObserveVolumeAttachment(t *testing.T) {
+	ctx := context.Background()
+	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	tests := []struct {
+		name string
+		va   *storagev1.VolumeAttachment
+		want cache.Attachment
+	}{
+		{
+			name: "attached",
+			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
+			want: cache.Attachment{Attached: true},
+		},
+		{
+			name: "attach error",
+			va: func() *storagev1.VolumeAttachment {
+				va := volumeAttachment("h-1", "node-1", pvSource("pv-1"), false)
+				va.Status.AttachError = &storagev1.VolumeError{Message: "boom"}
+				return va
+			}(),
+			want: cache.Attachment{AttachError: "boom"},
+		},
+		{
+			name: "being deleted",
+			va: func() *storagev1.VolumeAttachment {
+				va := volumeAttachment("h-1", "node-1", pvSource("pv-1"), true)
+				now := metav1.Now()
+				va.DeletionTimestamp = &now
+				va.Finalizers = []string{"external-attacher/example-csi-k8s-io"}
+				return va
+			}(),
+			want: cache.Attachment{Attached: true, Deleting: true},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestController(t)
+			addToInformers(t, c, csiPV("pv-1", "h-1", "ns", "data"))
+			c.observeVolumeAttachment(ctx, tc.va)
+			got, ok := c.actual.Get(vol, "node-1")
+			tc.want.Volume, tc.want.Node, tc.want.VolumeAttachment, tc.want.UID = vol, "node-1", tc.va.Name, tc.va.UID
+			if !ok || got != tc.want {
+				t.Errorf("attachment = %+v, %v, want %+v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
+	ctx := context.Background()
+	c := newTestController(t)
+	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	addToInformers(t, c, va)
+	c.observeVolumeAttachment(ctx, va)
+	if got := c.actual.UnresolvedHolders("pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
+		t.Fatalf("UnresolvedHolders(pv-1) = %q, want [node-a]: the VolumeAttachment holds its PV", got)
+	}
+
+	pv := csiPV("pv-1", "h-1", "ns", "data")
+	addToInformers(t, c, pv)
+	c.onPV(ctx, pv)
+	if got := c.actual.UnresolvedForPV("pv-1"); len(got) != 0 {
+		t.Errorf("UnresolvedForPV(pv-1) = %q once the PV exists, want none", got)
+	}
+	if att, ok := c.actual.Get(csivolume.NewUniqueName(testDriver, "h-1"), "node-a"); !ok || !att.Attached {
+		t.Errorf("attachment = %+v, %v once the PV exists, want attached", att, ok)
+	}
+}
+
+func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
+	ctx := context.Background()
+	c := newTestController(t)
+	addToInformers(t, c, podUsing("ns", "db", "node-a", "data"), boundClaim("ns", "data", "pv-1"))
+	c.populator.SyncPod(ctx, "ns/db")
+	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	if c.desired.IsDesired(vol, "node-a") {
+		t.Fatal("volume desired before its PV exists")
+	}
+	pv := csiPV("pv-1", "h-1", "ns", "data")
+	addToInformers(t, c, pv)
+	c.onPV(ctx, pv)
+	if !c.desired.IsDesired(vol, "node-a") {
+		t.Error("volume not desired at once when its PV appears")
+	}
+}
+
+func TestVolumeAttachmentDeleted(t *testing.T) {
+	ctx := context.Background()
+	c := newTestController(t)
+	addToInformers(t, c, csiPV("pv-1", "h-1", "ns", "data"))
+	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	tests := []struct {
+		name string
+		obj  any
+	}{
+		{"object", va},
+		{"tombstone", toolscache.DeletedFinalStateUnknown{Key: va.Name, Obj: va}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c.observeVolumeAttachment(ctx, va)
+			c.onVolumeAttachmentDelete(tc.obj)
+			if _, ok := c.actual.Get(csivolume.NewUniqueName(testDriver, "h-1"), "node-a"); ok {
+				t.Error("attachment kept after its VolumeAttachment was deleted")
+			}
+		})
+	}
+}
+
+func TestNodeDeleted(t *testing.T) {
+	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	n := node("node-a", nil, []csivolume.UniqueName{vol})
+	tests := []struct {
+		name string
+		obj  any
+	}{
+		{"object", n},
+		{"tombstone", toolscache.DeletedFinalStateUnknown{Key: "node-a", Obj: n}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestController(t)
+			c.onNode(nil, n)
+			c.onNodeDelete(tc.obj)
+			got := c.nodes.Get("node-a")
+			if got.Exists || got.Ready || !got.Mounted(vol) {
+				t.Errorf("deleted node = %+v, want gone, not Ready, its volume still counted as mounted", got)
+			}
+		})
+	}
+}
+
+func TestRebuild(t *testing.T) {
+	ctx := context.Background()
+	listed := csivolume.NewUniqueName(testDriver, "listed")
+	detaching := csivolume.NewUniqueName(testDriver, "detaching")
+	wanted := csivolume.NewUniqueName(testDriver, "wanted")
+	c := newTestController(t)
+	addToInformers(t, c,
+		node("node-a", []csivolume.UniqueName{listed}, nil),
+		csiPV("pv-listed", "listed", "ns", "c-listed"),
+		csiPV("pv-detaching", "detaching", "ns", "c-detaching"),
+		csiPV("pv-wanted", "wanted", "ns", "c-wanted"),
+		boundClaim("ns", "c-wanted", "pv-wanted"),
+		podUsing("ns", "db", "node-a", "c-wanted"),
+		volumeAttachment("listed", "node-a", pvSource("pv-listed"), true),
+		volumeAttachment("detaching", "node-a", pvSource("pv-detaching"), true),
+		volumeAttachment("wanted", "node-a", pvSource("pv-wanted"), true),
+	)
+	c.rebuild(ctx)
+	tests := []struct {
+		vol        csivolume.UniqueName
+		wantHidden bool
+	}{
+		{listed, false},
+		{detaching, true},
+		{wanted, false},
+	}
+	for _, tc := range tests {
+		att, ok := c.actual.Get(tc.vol, "node-a")
+		if !ok {
+			t.Errorf("%s: no attachment after rebuild", tc.vol)
+			continue
+		}
+		if att.HiddenFromNodeStatus != tc.wantHidden {
+			t.Errorf("%s: hidden = %v, want %v", tc.vol, att.HiddenFromNodeStatus, tc.wantHidden)
+		}
+	}
+	if !c.nodes.Get("node-a").Exists || !c.desired.IsDesired(wanted, "node-a") {
+		t.Error("rebuild did not record the node and the desired state")
+	}
+}
+
+// TestRebuildTrustsVolumeAttachmentsOverNodeStatus: node-a's status does not list
+// the RWO volume as attached but a VolumeAttachment for it exists there, and
+// kubelet still has it in use, so no detach may start: the only operation that
+// could start is an attach to node-b, which must not.
+func TestRebuildTrustsVolumeAttachmentsOverNodeStatus(t *testing.T) {
+	ctx := context.Background()
+	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	c := newTestController(t)
+	addToInformers(t, c,
+		node("node-a", nil, []csivolume.UniqueName{vol}),
+		node("node-b", nil, nil),
+		csiPV("pv-1", "h-1", "ns", "data", v1.ReadWriteOnce),
+		boundClaim("ns", "data", "pv-1"),
+		podUsing("ns", "db", "node-b", "data"),
+		volumeAttachment("h-1", "node-a", pvSource("pv-1"), false),
+	)
+	c.rebuild(ctx)
+	c.reconciler.Sync(ctx, vol)
+	if c.executor.AnyRunning(vol) {
+		t.Error("an attach started on node-b while a VolumeAttachment for the RWO volume exists on node-a")
+	}
+}
+
+func TestWaitForCurrentVolumeAttachments(t *testing.T) {
+	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	tests := []struct {
+		name     string
+		informer bool
+		wantErr  bool
+	}{
+		{"informer holds every object", true, false},
+		{"informer behind the server", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestController(t, va)
+			if tc.informer {
+				addToInformers(t, c, va)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			err := c.waitForCurrentVolumeAttachments(ctx)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("waitForCurrentVolumeAttachments() = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}
