@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -452,6 +453,82 @@ func TestWaitForCurrentVolumeAttachments(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Errorf("waitForCurrentVolumeAttachments() = %v, want error %v", err, tc.wantErr)
 			}
+		})
+	}
+}
+
+// created tells whether the controller has asked to create the VolumeAttachment.
+func created(c *Controller, name string) bool {
+	for _, a := range c.client.(*fake.Clientset).Actions() {
+		if ca, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "volumeattachments" {
+			if va, ok := ca.GetObject().(*storagev1.VolumeAttachment); ok && va.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitForCreate waits until the controller has created the VolumeAttachment.
+func waitForCreate(t *testing.T, c *Controller, name string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if created(c, name) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("VolumeAttachment %s was not created", name)
+}
+
+func TestActsAtOnce(t *testing.T) {
+	vaName := csivolume.AttachmentName("h-1", testDriver, "node-a")
+	tests := []struct {
+		name  string
+		setup func(ctx context.Context, c *Controller)
+		event func(ctx context.Context, c *Controller)
+	}{
+		{
+			name: "node appears after its pods",
+			event: func(_ context.Context, c *Controller) {
+				n := node("node-a", nil, nil)
+				addToInformers(t, c, n)
+				c.onNode(nil, n)
+			},
+		},
+		{
+			name: "VolumeAttachment deleted by someone else while wanted",
+			setup: func(ctx context.Context, c *Controller) {
+				c.onNode(nil, node("node-a", nil, nil))
+				c.observeVolumeAttachment(ctx, volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
+			},
+			event: func(_ context.Context, c *Controller) {
+				c.onVolumeAttachmentDelete(volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			c := newTestController(t)
+			addToInformers(t, c,
+				csiPV("pv-1", "h-1", "ns", "data", v1.ReadWriteOnce),
+				boundClaim("ns", "data", "pv-1"),
+				podUsing("ns", "db", "node-a", "data"),
+			)
+			c.populator.SyncPod(ctx, "ns/db")
+			if tc.setup != nil {
+				tc.setup(ctx, c)
+			}
+			go c.reconciler.Run(ctx, 1)
+			time.Sleep(100 * time.Millisecond)
+			if created(c, vaName) {
+				t.Fatal("VolumeAttachment created before the event")
+			}
+			tc.event(ctx, c)
+			waitForCreate(t, c, vaName)
 		})
 	}
 }
