@@ -157,9 +157,6 @@ func (s *scenario) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_ = s.client.CoreV1().Pods(s.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	for _, n := range s.nodes {
-		_ = s.kubelet.SetReady(ctx, n, false)
-	}
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		return len(s.attachments()) == 0, nil
 	})
