@@ -670,3 +670,78 @@ func TestVolumeOfInlineSpec(t *testing.T) {
 		})
 	}
 }
+
+func TestSyncPodEveryMigratableInTreePV(t *testing.T) {
+	tests := []struct {
+		name       string
+		source     v1.PersistentVolumeSource
+		wantDriver string
+		wantHandle string
+	}{
+		{
+			name:       "awsElasticBlockStore",
+			source:     v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-0123"}},
+			wantDriver: "ebs.csi.aws.com", wantHandle: "vol-0123",
+		},
+		{
+			name:       "gcePersistentDisk",
+			source:     v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}},
+			wantDriver: "pd.csi.storage.gke.io", wantHandle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1",
+		},
+		{
+			name: "azureDisk",
+			source: v1.PersistentVolumeSource{AzureDisk: &v1.AzureDiskVolumeSource{
+				DiskName: "d1", DataDiskURI: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1",
+			}},
+			wantDriver: "disk.csi.azure.com", wantHandle: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d1",
+		},
+		{
+			name:       "cinder",
+			source:     v1.PersistentVolumeSource{Cinder: &v1.CinderPersistentVolumeSource{VolumeID: "c-1"}},
+			wantDriver: "cinder.csi.openstack.org", wantHandle: "c-1",
+		},
+		{
+			name:       "vsphereVolume",
+			source:     v1.PersistentVolumeSource{VsphereVolume: &v1.VsphereVirtualDiskVolumeSource{VolumePath: "[ds1] kubevols/disk.vmdk"}},
+			wantDriver: "csi.vsphere.vmware.com", wantHandle: "[ds1] kubevols/disk.vmdk",
+		},
+		{
+			name:       "portworxVolume",
+			source:     v1.PersistentVolumeSource{PortworxVolume: &v1.PortworxVolumeSource{VolumeID: "px-1"}},
+			wantDriver: "pxd.portworx.com", wantHandle: "px-1",
+		},
+		{
+			name: "azureFile",
+			source: v1.PersistentVolumeSource{AzureFile: &v1.AzureFilePersistentVolumeSource{
+				SecretName: "azure-storage-account-acct-secret", ShareName: "share",
+			}},
+			wantDriver: "file.csi.azure.com", wantHandle: "#acct#share#pv-1#app",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := boundClaim("data", "pv-1")
+			pv := &v1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: "pv-1"},
+				Spec: v1.PersistentVolumeSpec{
+					AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+					ClaimRef:               &v1.ObjectReference{Namespace: ns, Name: "data", UID: claim.UID},
+					PersistentVolumeSource: tc.source,
+				},
+			}
+			pod := runningPod("web", claimVolume("data", "data"))
+			w := newWorld(t, pod, claim, pv)
+			w.pop.SyncPod(context.Background(), "app/web")
+			want := []cache.Volume{{
+				Name: csivolume.NewUniqueName(tc.wantDriver, tc.wantHandle), Driver: tc.wantDriver, Handle: tc.wantHandle,
+				PVName: "pv-1", DisplayName: "pv-1",
+			}}
+			if got := w.volumesOf(pod); !slices.Equal(got, want) {
+				t.Errorf("desired volumes = %+v, want %+v", got, want)
+			}
+			if pv.Spec.CSI != nil {
+				t.Error("translation changed the informer's PersistentVolume")
+			}
+		})
+	}
+}
