@@ -255,6 +255,14 @@ func TestSyncRules(t *testing.T) {
 			wantCalls: []call{detachOn("node-a")},
 		},
 		{
+			name: "out-of-service node whose pod still exists: keep",
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), outOfService, notReady)
+				h.pod("ns", "db-a", "node-a", rwo)
+				h.attachment(rwo, "node-a", true)
+			},
+		},
+		{
 			name: "deleted node whose pod is gone: waits as mounted",
 			setup: func(h *harness) {
 				h.node("node-a", mounting(rwo))
