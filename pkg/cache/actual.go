@@ -98,6 +98,10 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 		addToIndex(s.nodeVols, o.Node, o.Volume)
 	}
 	wasReported := att.Reported()
+	if att.UID != "" && o.UID != "" && att.UID != o.UID {
+		// A new object of the same name: the marks were about the old one.
+		att.Deleting, att.HiddenFromNodeStatus, att.DetachWantedSince = false, false, time.Time{}
+	}
 	att.VolumeAttachment = o.VolumeAttachment
 	att.UID = o.UID
 	att.Attached = o.Attached

@@ -285,10 +285,6 @@ func TestUnresolvedAttachments(t *testing.T) {
 }
 
 func TestObserveReplacementObjectStartsAfresh(t *testing.T) {
-	t.Skip("bug: cache.ActualState.Observe keeps Deleting and HiddenFromNodeStatus when the VolumeAttachment of the " +
-		"same name now has another UID (a new object, e.g. seen through an informer relist that reports the " +
-		"replacement as an update): the new attachment then counts as being deleted forever, so the reconciler " +
-		"never detaches it nor resets its multi-attach wait, and it is never reported in node status")
 	s := cache.NewActualState()
 	old := observation(volA, "node-1", true)
 	s.Observe(old)
