@@ -26,7 +26,9 @@ func TestAttachNotRequired(t *testing.T) {
 	}
 	_, err := s.client.StorageV1().CSIDrivers().Create(s.ctx, driver, metav1.CreateOptions{})
 	s.must(err)
-	t.Cleanup(func() { _ = s.client.StorageV1().CSIDrivers().Delete(context.Background(), s.driver, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = s.client.StorageV1().CSIDrivers().Delete(context.Background(), s.driver, metav1.DeleteOptions{})
+	})
 	vol := s.createVolume("data", volumeOptions{})
 	s.createPod("app", s.nodes[0], vol.claim)
 	s.never(2*time.Second, "a VolumeAttachment for a driver that needs no attach", func() bool { return s.vaExists(vol, s.nodes[0]) })
