@@ -8,8 +8,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -315,4 +317,19 @@ func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (csivolume.U
 		return "", false
 	}
 	return csivolume.UniqueName(candidates[i]), true
+}
+
+// NewInformerFactory returns the shared informer factory the controller runs on:
+// no informer resync (the controller has its own periodic pass), and objects kept
+// without their managedFields, which the controller never reads and which are a
+// large share of each object's memory.
+func NewInformerFactory(client kubernetes.Interface) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -14,7 +14,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -82,7 +81,7 @@ func Run(ctx context.Context, o *Options) error {
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
 		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
 
-		factory := informers.NewSharedInformerFactory(client, 0)
+		factory := controller.NewInformerFactory(client)
 		c, err := controller.New(client, factory, recorder, m, o.Controller)
 		if err != nil {
 			return err
