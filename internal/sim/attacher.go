@@ -220,7 +220,7 @@ func (a *Attacher) volume(va *storagev1.VolumeAttachment) (driver, handle string
 	if err != nil {
 		return "", "", false
 	}
-	src := csiSource(pv)
+	src := CSISource(pv)
 	if src == nil {
 		return "", "", false
 	}

@@ -32,9 +32,9 @@ func AttacherFinalizer(driver string) string {
 
 var translator = csitranslation.New()
 
-// csiSource returns the CSI source of a PersistentVolume, translating an in-tree
+// CSISource returns the CSI source of a PersistentVolume, translating an in-tree
 // source that has a CSI migration; nil for anything else.
-func csiSource(pv *corev1.PersistentVolume) *corev1.CSIPersistentVolumeSource {
+func CSISource(pv *corev1.PersistentVolume) *corev1.CSIPersistentVolumeSource {
 	if pv.Spec.CSI != nil {
 		return pv.Spec.CSI
 	}
@@ -116,7 +116,7 @@ func (r resolver) podVolumes(pod *corev1.Pod) (vols []podVolume, unresolved int,
 		if err != nil {
 			return nil, 0, fmt.Errorf("reading volume %s: %w", pvc.Spec.VolumeName, err)
 		}
-		if src := csiSource(pv); src != nil {
+		if src := CSISource(pv); src != nil {
 			vols = append(vols, podVolume{driver: src.Driver, handle: src.VolumeHandle})
 		}
 	}

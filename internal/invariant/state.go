@@ -1,0 +1,143 @@
+package invariant
+
+import (
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+)
+
+// outOfServiceTaint marks a node shut down for good: its volumes may be detached at once.
+const outOfServiceTaint = "node.kubernetes.io/out-of-service"
+
+// attachment is what the checker keeps of a VolumeAttachment.
+type attachment struct {
+	node     string
+	volume   volumeRef
+	deleting bool
+}
+
+// volumeRef identifies the volume of a VolumeAttachment: a PersistentVolume by name,
+// or an inline volume spec.
+type volumeRef struct {
+	pv string
+	// inline is set for inline volumes, with everything the checks need.
+	inline *volumeFacts
+}
+
+// key is unique per volume among VolumeAttachments.
+func (r volumeRef) key() string {
+	if r.inline != nil {
+		return "inline " + r.inline.uniqueName
+	}
+	return "pv " + r.pv
+}
+
+// volumeFacts are what the checks need to know about a volume.
+type volumeFacts struct {
+	uniqueName   string
+	singleAttach bool
+}
+
+func attachmentOf(va *storagev1.VolumeAttachment) attachment {
+	a := attachment{node: va.Spec.NodeName, deleting: va.DeletionTimestamp != nil}
+	switch src := va.Spec.Source; {
+	case src.PersistentVolumeName != nil:
+		a.volume.pv = *src.PersistentVolumeName
+	case src.InlineVolumeSpec != nil:
+		pv := &corev1.PersistentVolume{Spec: *src.InlineVolumeSpec}
+		a.volume.inline = &volumeFacts{uniqueName: uniqueName(pv), singleAttach: singleAttach(pv.Spec.AccessModes)}
+	}
+	return a
+}
+
+func uniqueName(pv *corev1.PersistentVolume) string {
+	src := sim.CSISource(pv)
+	if src == nil {
+		return ""
+	}
+	return sim.UniqueVolumeName(src.Driver, src.VolumeHandle)
+}
+
+// singleAttach tells whether access modes allow attaching to one node only. Volumes
+// without access modes are not checked.
+func singleAttach(modes []corev1.PersistentVolumeAccessMode) bool {
+	return len(modes) > 0 && !slices.Contains(modes, corev1.ReadWriteMany) && !slices.Contains(modes, corev1.ReadOnlyMany)
+}
+
+// nodeVersion is a node's state from one resourceVersion on.
+type nodeVersion struct {
+	rv           uint64
+	exists       bool
+	ready        bool
+	outOfService bool
+	inUse        map[string]bool
+}
+
+func nodeVersionOf(rv uint64, node *corev1.Node, exists bool) nodeVersion {
+	v := nodeVersion{rv: rv, exists: exists, inUse: map[string]bool{}}
+	if !exists {
+		return v
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			v.ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	for _, taint := range node.Spec.Taints {
+		v.outOfService = v.outOfService || taint.Key == outOfServiceTaint
+	}
+	for _, vol := range node.Status.VolumesInUse {
+		v.inUse[string(vol)] = true
+	}
+	return v
+}
+
+// pvVersion is a PersistentVolume's state from one resourceVersion on.
+type pvVersion struct {
+	rv     uint64
+	exists bool
+	facts  volumeFacts
+}
+
+// history is the successive versions of one object, oldest first.
+type history[V any] struct {
+	versions []V
+	rvOf     func(V) uint64
+}
+
+// at returns the version in force at resourceVersion rv.
+func (h *history[V]) at(rv uint64) (V, bool) {
+	i := sort.Search(len(h.versions), func(i int) bool { return h.rvOf(h.versions[i]) > rv })
+	if i == 0 {
+		var zero V
+		return zero, false
+	}
+	return h.versions[i-1], true
+}
+
+// lastExisting returns the newest version at or before rv for which exists is true.
+func (h *history[V]) lastExisting(rv uint64, exists func(V) bool) (V, bool) {
+	for i := len(h.versions) - 1; i >= 0; i-- {
+		if v := h.versions[i]; h.rvOf(v) <= rv && exists(v) {
+			return v, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+func (h *history[V]) add(v V) {
+	h.versions = append(h.versions, v)
+}
+
+// prune forgets versions superseded before rv.
+func (h *history[V]) prune(rv uint64) {
+	i := sort.Search(len(h.versions), func(i int) bool { return h.rvOf(h.versions[i]) > rv })
+	if i > 1 {
+		h.versions = slices.Delete(h.versions, 0, i-1)
+	}
+}
