@@ -91,6 +91,16 @@ func lockNode(multiAttach bool, node string) string {
 	return wholeVolume
 }
 
+// AttachObserved reports the attach of the volume to the node as a success if
+// the last attach operation for the pair had failed: the external-attacher kept
+// trying after the operation gave up, and the pods deserve to know it worked.
+func (e *Executor) AttachObserved(vol cache.Volume, node string, pods []cache.PodRef) {
+	if e.locks.isRunning(vol.Name, node) || !e.locks.resetBackoff(vol.Name, node) {
+		return
+	}
+	e.cfg.Events.Emit(pods, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, podevents.AttachSucceeded(vol.DisplayName))
+}
+
 // Attach starts attaching the volume to the node for the pods. It returns
 // ErrPending or a *BackoffError when the operation cannot start now.
 func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error {

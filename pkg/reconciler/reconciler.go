@@ -30,6 +30,10 @@ type Executor interface {
 	Detach(ctx context.Context, att cache.Attachment, multiAttach bool) error
 	IsRunning(volume csivolume.UniqueName, node string) bool
 	AnyRunning(volume csivolume.UniqueName) bool
+	// AttachObserved tells the executor that the volume is attached to the node,
+	// so that an attach that had failed (timed out, attachError) and then
+	// succeeded on the driver's side is reported as a success.
+	AttachObserved(vol cache.Volume, node string, pods []cache.PodRef)
 }
 
 // Config holds the reconciler's state sources, executor and settings.
@@ -174,6 +178,7 @@ func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, at
 			}
 			if att.Attached {
 				r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
+				r.cfg.Executor.AttachObserved(spec, nodeName, desired.Nodes[nodeName])
 				continue
 			}
 		}

@@ -84,6 +84,8 @@ func (f *fakeExecutor) IsRunning(vol csivolume.UniqueName, node string) bool {
 
 func (f *fakeExecutor) AnyRunning(vol csivolume.UniqueName) bool { return len(f.running[vol]) > 0 }
 
+func (f *fakeExecutor) AttachObserved(cache.Volume, string, []cache.PodRef) {}
+
 // harness is a reconciler on real cache objects with a fake executor and clock.
 type harness struct {
 	desired  *cache.DesiredState

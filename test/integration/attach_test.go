@@ -130,4 +130,5 @@ func TestAttachErrorBecomesEvent(t *testing.T) {
 	s.waitEvent("app", `Warning FailedAttachVolume AttachVolume.Attach failed for volume "`+vol.pv+`" : rpc error: code = Internal desc = disk is busy`)
 	s.attacher.ClearFailures(vol.handle)
 	s.waitAttached(vol, s.nodes[0])
+	s.waitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.pv+`"`)
 }
