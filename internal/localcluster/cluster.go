@@ -1,0 +1,286 @@
+// Package localcluster brings up, on one machine, everything the attach/detach
+// controller works with: etcd and kube-apiserver (internal/testenv), the in-memory CSI
+// test driver on a unix socket (test/csidriver), the real CSI external-attacher
+// (test/externalattacher) running as a ServiceAccount with upstream's permissions, a
+// kubelet stand-in for a few nodes (internal/sim), and the attachdetach-controller
+// built from this repository as a child process. The local demo (hack/localup) and
+// the end-to-end suite (test/e2e) both use it.
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/test/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/test/externalattacher"
+)
+
+// Defaults of Options.
+const (
+	DefaultDriverName = "demo.csi.attachdetach.io"
+	// attacherNamespace and attacherAccount are the ServiceAccount csi-attacher runs as.
+	attacherNamespace = metav1.NamespaceDefault
+	attacherAccount   = "csi-attacher"
+)
+
+// DefaultNodes are the nodes simulated when Options.Nodes is empty.
+var DefaultNodes = []string{"node-1", "node-2", "node-3"}
+
+// Options configures a local cluster. The zero value is a complete cluster of its own.
+type Options struct {
+	// Env is a running control plane to use. Nil starts one, which Stop stops.
+	Env *testenv.Env
+	// Dir holds the cluster's files: kubeconfigs, the driver's socket and the logs
+	// of csi-attacher and the controller. Empty: a new temporary directory (and the
+	// control plane's files, when the cluster starts its own), which Stop removes.
+	Dir string
+	// Nodes are the names of the nodes the kubelet stand-in runs; DefaultNodes if empty.
+	Nodes []string
+	// DriverName is the CSI driver's name; DefaultDriverName if empty.
+	DriverName string
+	// UnmountDelay is how long the kubelet stand-in takes to unmount a volume a pod
+	// no longer needs.
+	UnmountDelay time.Duration
+	// AttacherTimeout bounds each ControllerPublish/Unpublish call (csi-attacher's
+	// --timeout); 0 keeps csi-attacher's 15s.
+	AttacherTimeout time.Duration
+	// AttacherRetryStart and AttacherRetryMax bound csi-attacher's backoff after a
+	// failed call; 0 keeps its defaults (1s and 5m).
+	AttacherRetryStart, AttacherRetryMax time.Duration
+	// Controller configures the controller process.
+	Controller ControllerOptions
+	// Progress, if set, receives one line per component started.
+	Progress io.Writer
+}
+
+// Cluster is a running local cluster. Everything in it runs until Stop.
+type Cluster struct {
+	// Env is the control plane.
+	Env *testenv.Env
+	// Client is an admin client without client-side rate limit.
+	Client kubernetes.Interface
+	// Dir holds the cluster's files.
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig.
+	Kubeconfig string
+	// DriverName is the CSI driver's name; Nodes the simulated nodes.
+	DriverName string
+	Nodes      []string
+	// Driver is the CSI driver, served in this process: its recorded calls, what it
+	// has published, and its fault injection.
+	Driver   *csidriver.Driver
+	Server   *csidriver.Server
+	Attacher *externalattacher.Attacher
+	Kubelet  *sim.Kubelet
+	// Controller is the attachdetach-controller process.
+	Controller *Controller
+
+	ownEnv, ownDir bool
+	// stopBackground ends the kubelet stand-in.
+	stopBackground context.CancelFunc
+}
+
+// Start brings up a cluster: the control plane (unless opts.Env is given), the CSI
+// driver, csi-attacher, the CSIDriver object, the nodes with their CSINodes and the
+// kubelet stand-in, and the controller, which it waits for until its state is rebuilt.
+// The tools are built on first use (see testenv.Tool), the controller too (see
+// BuildController). On error everything started is stopped again.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if len(opts.Nodes) == 0 {
+		opts.Nodes = DefaultNodes
+	}
+	if opts.DriverName == "" {
+		opts.DriverName = DefaultDriverName
+	}
+	c := &Cluster{Dir: opts.Dir, DriverName: opts.DriverName, Nodes: opts.Nodes, Env: opts.Env}
+	if c.Dir == "" {
+		dir, err := TempDir("attachdetach-local-")
+		if err != nil {
+			return nil, err
+		}
+		c.Dir, c.ownDir = dir, true
+	}
+	// The kubelet stand-in lives until Stop, not until the end of ctx; it keeps
+	// ctx's logger.
+	background, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopBackground = cancel
+	if err := c.start(ctx, background, opts); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(ctx, background context.Context, opts Options) error {
+	progress := func(format string, args ...any) {
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, format+"\n", args...)
+		}
+	}
+	if c.Env == nil {
+		began := time.Now()
+		env, err := testenv.Start(ctx, testenv.Options{BaseDir: c.Dir})
+		if err != nil {
+			return err
+		}
+		c.Env, c.ownEnv = env, true
+		progress("etcd and kube-apiserver %s ready at %s (%s)", testenv.KubernetesVersion, env.Host, roundDuration(time.Since(began)))
+	}
+	c.Client = c.Env.Client
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err := c.Env.WriteAdminKubeconfig(c.Kubeconfig); err != nil {
+		return err
+	}
+
+	c.Driver = csidriver.New(c.DriverName)
+	var err error
+	if c.Server, err = csidriver.Serve(ctx, c.Driver, filepath.Join(c.Dir, "csi.sock")); err != nil {
+		return err
+	}
+	progress("CSI driver %s serving on %s", c.DriverName, c.Server.Endpoint())
+
+	if err := c.startAttacher(ctx, opts); err != nil {
+		return err
+	}
+	progress("csi-attacher %s running as ServiceAccount %s/%s (pid %d)", testenv.ExternalAttacherVersion, attacherNamespace, attacherAccount, c.Attacher.Pid())
+
+	if err := c.createDriverAndNodes(ctx); err != nil {
+		return err
+	}
+	if c.Kubelet, err = sim.StartKubelet(background, c.Env.AdminConfig(), sim.KubeletOptions{
+		Nodes:        c.Nodes,
+		CreateNodes:  true,
+		ManagePods:   true,
+		UnmountDelay: opts.UnmountDelay,
+	}); err != nil {
+		return fmt.Errorf("starting the kubelet stand-in: %w", err)
+	}
+	progress("kubelet stand-in running nodes %s", strings.Join(c.Nodes, ", "))
+
+	ctrlOpts := opts.Controller
+	ctrlOpts.Kubeconfig = c.Kubeconfig
+	if ctrlOpts.LogFile == "" {
+		ctrlOpts.LogFile = filepath.Join(c.Dir, "attachdetach-controller.log")
+	}
+	if c.Controller, err = StartController(ctx, ctrlOpts); err != nil {
+		return err
+	}
+	progress("attachdetach-controller running (pid %d)", c.Controller.Pid())
+	return nil
+}
+
+func (c *Cluster) startAttacher(ctx context.Context, opts Options) error {
+	if err := externalattacher.GrantRBAC(ctx, c.Client, attacherNamespace, attacherAccount); err != nil {
+		return err
+	}
+	token, err := c.Env.ServiceAccountToken(ctx, attacherNamespace, attacherAccount)
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(c.Dir, "csi-attacher.kubeconfig")
+	if err := c.Env.WriteKubeconfig(kubeconfig, token); err != nil {
+		return err
+	}
+	c.Attacher, err = externalattacher.Start(ctx, externalattacher.Options{
+		Kubeconfig:         kubeconfig,
+		CSIAddress:         c.Server.Endpoint(),
+		LogFile:            filepath.Join(c.Dir, "csi-attacher.log"),
+		Timeout:            opts.AttacherTimeout,
+		RetryIntervalStart: opts.AttacherRetryStart,
+		RetryIntervalMax:   opts.AttacherRetryMax,
+	})
+	return err
+}
+
+// createDriverAndNodes creates the CSIDriver object (attach required) and, for every
+// node, the CSINode that maps it to its driver node ID, as kubelet does when the
+// driver registers. The kubelet stand-in creates the Node objects.
+func (c *Cluster) createDriverAndNodes(ctx context.Context) error {
+	attachRequired := true
+	driver := &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: c.DriverName},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: &attachRequired},
+	}
+	if _, err := c.Client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating CSIDriver %s: %w", c.DriverName, err)
+	}
+	for _, node := range c.Nodes {
+		if _, err := externalattacher.EnsureCSINode(ctx, c.Client, node, c.DriverName, c.NodeID(node)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NodeID is the ID the driver knows a node by, as its CSINode says.
+func (c *Cluster) NodeID(node string) string {
+	return node + "-id"
+}
+
+// Stop stops everything Start started, the controller and csi-attacher first, and
+// removes the files it made. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	if c.Controller != nil {
+		c.Controller.Stop()
+	}
+	if c.Attacher != nil {
+		c.Attacher.Stop()
+	}
+	c.stopBackground()
+	if c.Server != nil {
+		c.Server.Stop()
+	}
+	if c.ownEnv && c.Env != nil {
+		c.Env.Stop()
+	}
+	if c.ownDir {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			klog.Background().Error(err, "Removing the cluster directory", "dir", c.Dir)
+		}
+	}
+}
+
+// LogFiles lists the log files of the cluster's processes, for the user to look at.
+func (c *Cluster) LogFiles() []string {
+	var logs []string
+	if c.Env != nil {
+		logs = append(logs, c.Env.EtcdLog, c.Env.APIServerLog)
+	}
+	if c.Attacher != nil {
+		logs = append(logs, c.Attacher.LogFile())
+	}
+	if c.Controller != nil {
+		logs = append(logs, c.Controller.LogFile())
+	}
+	return logs
+}
+
+// TempDir makes a new temporary directory, in /dev/shm where possible: etcd's fsyncs
+// are much cheaper there.
+func TempDir(prefix string) (string, error) {
+	if dir, err := os.MkdirTemp("/dev/shm", prefix); err == nil {
+		return dir, nil
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", fmt.Errorf("creating a temporary directory: %w", err)
+	}
+	return dir, nil
+}
+
+func roundDuration(d time.Duration) time.Duration {
+	return d.Round(100 * time.Millisecond)
+}
