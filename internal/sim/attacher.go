@@ -62,6 +62,9 @@ type Attacher struct {
 	mu        sync.Mutex
 	counts    AttacherCounts
 	firstSeen map[operation]time.Time // when each attach or detach began
+	// written is the resourceVersion of each VolumeAttachment as the simulator's last
+	// patch left it: an older copy in the cache is stale and not acted on.
+	written map[string]uint64
 }
 
 // operation is an attach or a detach of one VolumeAttachment.
@@ -100,6 +103,7 @@ func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) 
 		drivers:   map[string]bool{},
 		failures:  failures{attach: map[string]string{}, detach: map[string]string{}},
 		firstSeen: map[operation]time.Time{},
+		written:   map[string]uint64{},
 	}
 	for _, d := range opts.Drivers {
 		a.drivers[d] = true
@@ -237,7 +241,7 @@ func (a *Attacher) work(ctx context.Context) {
 		retry, err := a.sync(ctx, name)
 		switch {
 		case err != nil:
-			if ctx.Err() == nil && !apierrors.IsConflict(err) {
+			if ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 				logger.Error(err, "Syncing volume attachment", "volumeAttachment", name)
 			}
 			a.queue.AddRateLimited(name)
@@ -254,11 +258,20 @@ func (a *Attacher) work(ctx context.Context) {
 // sync moves one VolumeAttachment on; retry > 0 asks to look again after that long.
 func (a *Attacher) sync(ctx context.Context, name string) (retry time.Duration, err error) {
 	obj, exists, err := a.vas.GetByKey(name)
-	if err != nil || !exists {
+	if err != nil {
 		return 0, err
 	}
+	a.mu.Lock()
+	written := a.written[name]
+	if !exists {
+		delete(a.written, name)
+	}
+	a.mu.Unlock()
+	if !exists {
+		return 0, nil
+	}
 	va := obj.(*storagev1.VolumeAttachment)
-	if !a.drivers[va.Spec.Attacher] {
+	if !a.drivers[va.Spec.Attacher] || resourceVersion(va) < written {
 		return 0, nil
 	}
 	finalizer := AttacherFinalizer(va.Spec.Attacher)
@@ -366,9 +379,11 @@ func (a *Attacher) patchStatus(ctx context.Context, va *storagev1.VolumeAttachme
 	if err != nil {
 		return fmt.Errorf("encoding status of volume attachment %s: %w", va.Name, err)
 	}
-	if _, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
 		return fmt.Errorf("patching status of volume attachment %s: %w", va.Name, err)
 	}
+	a.wrote(updated)
 	return nil
 }
 
@@ -382,9 +397,16 @@ func (a *Attacher) patchFinalizers(ctx context.Context, va *storagev1.VolumeAtta
 	if err != nil {
 		return fmt.Errorf("encoding finalizers of volume attachment %s: %w", va.Name, err)
 	}
-	_, err = a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
 		return fmt.Errorf("patching finalizers of volume attachment %s: %w", va.Name, err)
 	}
+	a.wrote(updated)
 	return nil
+}
+
+func (a *Attacher) wrote(va *storagev1.VolumeAttachment) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.written[va.Name] = resourceVersion(va)
 }

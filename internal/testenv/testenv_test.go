@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -200,5 +202,39 @@ func TestAuditLog(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("audit counts in namespace %s:\n%s\nwant:\n%s", auditNS, got, want)
+	}
+}
+
+// TestWatchFromNow checks a watch without resourceVersion on a resource nobody writes
+// starts at once: the API server's watch cache must learn etcd's current revision
+// without waiting for a write to that resource.
+func TestWatchFromNow(t *testing.T) {
+	ctx := t.Context()
+	createNamespace(t, "watch")
+	for i := range 3 {
+		start := time.Now()
+		w, err := env.Client.CoreV1().Secrets("watch").Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("starting watch: %v", err)
+		}
+		name := fmt.Sprintf("secret-%d", i)
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "watch", Name: name}}
+		if _, err := env.Client.CoreV1().Secrets("watch").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating secret: %v", err)
+		}
+		// Unrelated writes move etcd's revision on between the watches.
+		if _, err := env.Client.CoreV1().ConfigMaps("watch").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "watch", Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating configmap: %v", err)
+		}
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Added {
+				t.Fatalf("watch event %s %+v, want ADDED", ev.Type, ev.Object)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no watch event after 2s")
+		}
+		w.Stop()
+		t.Logf("watch %d delivered its first event after %v", i, time.Since(start))
 	}
 }
