@@ -59,6 +59,9 @@ func startEtcdOnce(ctx context.Context, binary, dir, logPath string) (*process, 
 		"--initial-cluster-state=new",
 		"--quota-backend-bytes=8589934592",
 		"--snapshot-count=1000000",
+		// A lone member need not wait a second before electing itself leader.
+		"--heartbeat-interval=10",
+		"--election-timeout=100",
 		// kube-apiserver's watch cache learns that time moved on for resources nobody
 		// writes only from etcd's progress notifications (this etcd is too old for
 		// progress requests). Without frequent ones, a watch from a recent
