@@ -195,6 +195,8 @@ func (p *Proxy) Count() int {
 	return len(p.writes)
 }
 
+// ServeHTTP forwards a request upstream, numbering the writes and holding those past
+// the kill point.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !isMutating(r) || (p.counts != nil && !p.counts(r)) {
 		p.forward.ServeHTTP(w, r)
