@@ -1,0 +1,30 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster/demo"
+)
+
+// TestDemo plays hack/run.sh's demo to the end, so that it cannot rot.
+func TestDemo(t *testing.T) {
+	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 200 * time.Millisecond})
+	var out strings.Builder
+	err := demo.Run(c.ctx, c.Cluster, &out, demo.Options{Namespace: c.ns, Kubectl: kubectl, StepTimeout: waitTimeout})
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`Multi-Attach error for volume "` + c.ns + `-data" Volume is already used by pod(s) app-1`,
+		"$ kubectl events --for pod/app-2 -n " + c.ns,
+		"LAST SEEN",
+		"== Done",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
