@@ -1,0 +1,234 @@
+package deploy
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// operationTimeout bounds how long a test waits for one attach, detach or move.
+const operationTimeout = 20 * time.Second
+
+// TestManifestRBAC runs the controller as the manifests' ServiceAccount, with the
+// Deployment's arguments, through attach, multi-attach refusal, detach and a move to
+// another node. The API server must never refuse it anything, and it
+// must use only what the manifests grant.
+func TestManifestRBAC(t *testing.T) {
+	installManifests(t)
+	const lease = "rbac-cycle"
+	w := newWorld(t, worldOptions{nodes: 2})
+	r := startReplica(t, "rbac", replicaOptions{
+		account: controllerAccount,
+		lease:   lease,
+		args:    append(deploymentArgs(t), "--leader-elect-resource-name="+lease),
+	})
+	waitLeader(t, lease, r, operationTimeout)
+	container := controllerContainer(t)
+	for _, probe := range []*corev1.Probe{container.LivenessProbe, container.ReadinessProbe} {
+		path := probe.HTTPGet.Path
+		eventually(t, operationTimeout, "the leader to answer "+path, func() bool {
+			code, _ := r.get(path)
+			return code == http.StatusOK
+		})
+	}
+	a, b := w.nodes[0], w.nodes[1]
+	v := w.createVolume("data")
+	attached := fmt.Sprintf("Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume %q", v.pv)
+
+	w.createPod("first", a, v)
+	w.waitAttachedOnlyTo(v, a, operationTimeout)
+	w.waitEvent("first", attached)
+
+	w.createPod("second", b, v)
+	w.waitEvent("second", fmt.Sprintf("Warning FailedAttachVolume Multi-Attach error for volume %q Volume is already used by pod(s) first", v.pv))
+	if !w.attachedOnlyTo(v, a) {
+		t.Fatalf("%s attached elsewhere than %s while pod first still uses it there: %v", v.pv, a, w.attachments(v))
+	}
+
+	w.deletePod("first")
+	w.waitAttachedOnlyTo(v, b, operationTimeout)
+	w.waitEvent("second", attached)
+
+	w.deletePod("second")
+	w.waitDetached(v, operationTimeout)
+	r.terminate()
+
+	checkNoRefusals(t, []*replica{r})
+	checkRequestsGranted(t, r)
+}
+
+// checkRequestsGranted checks in the audit log that every request of the replica
+// was allowed and is granted by the rendered ClusterRole, or for its Lease by the
+// rendered Role in its namespace.
+func checkRequestsGranted(t *testing.T, r *replica) {
+	t.Helper()
+	all, err := auditedRequests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := requestsOf(all, r.credential)
+	if len(requests) == 0 {
+		t.Fatalf("no request of replica %s in the audit log", r.name)
+	}
+	clusterWide := permissions(renderedObject(t, "ClusterRole", &rbacv1.ClusterRole{}).Rules)
+	inNamespace := permissions(renderedObject(t, "Role", &rbacv1.Role{}).Rules)
+	used := map[permission]bool{}
+	for _, req := range requests {
+		used[req.permission] = true
+		if req.code == 403 {
+			t.Errorf("refused: %s", req)
+		}
+		granted := clusterWide[req.permission] || (req.namespace == controllerNamespace && inNamespace[req.permission])
+		if !granted {
+			t.Errorf("not granted by manifests/: %s", req)
+		}
+	}
+	var unused []string
+	for _, p := range sortedPermissions(clusterWide) {
+		if !used[p] {
+			unused = append(unused, p.String())
+		}
+	}
+	t.Logf("%d requests; ClusterRole permissions this run did not need: %v", len(requests), unused)
+}
+
+// TestMissingPermissionFails runs the controller with the manifests' ClusterRole
+// short of one verb and checks the controller cannot do its job and says why: a
+// verb missing from the manifests fails the tests above.
+func TestMissingPermissionFails(t *testing.T) {
+	installManifests(t)
+	rules := renderedObject(t, "ClusterRole", &rbacv1.ClusterRole{}).Rules
+	cases := []struct {
+		missing permission
+		// exercise makes the controller need the missing permission.
+		exercise func(w *world, v volume)
+		// failed tells whether the world shows the controller could not do its job.
+		failed func(w *world, v volume) bool
+	}{
+		{
+			missing: permission{"storage.k8s.io", "volumeattachments", "delete"},
+			exercise: func(w *world, v volume) {
+				w.createPod("app", w.nodes[0], v)
+				w.waitAttachedOnlyTo(v, w.nodes[0], operationTimeout)
+				w.deletePod("app")
+			},
+			failed: func(w *world, v volume) bool { _, ok := w.attachments(v)[w.nodes[0]]; return ok },
+		},
+		{
+			missing:  permission{"storage.k8s.io", "volumeattachments", "create"},
+			exercise: func(w *world, v volume) { w.createPod("app", w.nodes[0], v) },
+			failed:   func(w *world, v volume) bool { return len(w.attachments(v)) == 0 },
+		},
+		{
+			missing:  permission{"", "nodes/status", "patch"},
+			exercise: func(w *world, v volume) { w.createPod("app", w.nodes[0], v) },
+			failed:   func(w *world, v volume) bool { return !w.inNodeStatus(v, w.nodes[0]) },
+		},
+	}
+	for _, c := range cases {
+		t.Run("without "+c.missing.String(), func(t *testing.T) {
+			account := "without-" + c.missing.verb + "-" + strings.ReplaceAll(c.missing.resource, "/", "-")
+			bindAllBut(t, account, rules, c.missing)
+			w := newWorld(t, worldOptions{nodes: 1})
+			r := startReplica(t, account, replicaOptions{account: account})
+			v := w.createVolume("data")
+			c.exercise(w, v)
+			refusal := fmt.Sprintf("cannot %s resource %q", c.missing.verb, c.missing.resource)
+			var line string
+			eventually(t, operationTimeout, "the refusal in the controller's log", func() bool {
+				lines := r.forbidden()
+				i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, refusal) })
+				if i >= 0 {
+					line = lines[i]
+				}
+				return i >= 0
+			})
+			t.Logf("controller log: %s", line)
+			if !c.failed(w, v) {
+				t.Errorf("the controller was refused %s, yet did its job: %v", c.missing, w.attachments(v))
+			}
+		})
+	}
+}
+
+// bindAllBut binds a copy of the rules without one permission to a ServiceAccount of
+// the controller's namespace, through a ClusterRole and a ClusterRoleBinding named
+// after it.
+func bindAllBut(t *testing.T, account string, rules []rbacv1.PolicyRule, missing permission) {
+	t.Helper()
+	granted := permissions(rules)
+	if !granted[missing] {
+		t.Fatalf("the ClusterRole does not grant %s in the first place", missing)
+	}
+	delete(granted, missing)
+	name := "attachdetach-controller-" + account
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rulesOf(granted)}
+	if _, err := env.Client.RbacV1().ClusterRoles().Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ClusterRole %s: %v", name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: controllerNamespace, Name: account}},
+	}
+	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating ClusterRoleBinding %s: %v", name, err)
+	}
+}
+
+// permission is one verb on one resource ("resource" or "resource/subresource") of
+// an API group ("" for the core group).
+type permission struct {
+	group, resource, verb string
+}
+
+func (p permission) String() string {
+	group := p.group
+	if group == "" {
+		group = "core"
+	}
+	return fmt.Sprintf("%s %s/%s", p.verb, group, p.resource)
+}
+
+// permissions expands RBAC rules into the permissions they grant.
+func permissions(rules []rbacv1.PolicyRule) map[permission]bool {
+	granted := map[permission]bool{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					granted[permission{group: g, resource: res, verb: v}] = true
+				}
+			}
+		}
+	}
+	return granted
+}
+
+// rulesOf turns permissions back into rules, one per group and resource.
+func rulesOf(granted map[permission]bool) []rbacv1.PolicyRule {
+	type target struct{ group, resource string }
+	verbs := map[target][]string{}
+	for p := range granted {
+		t := target{p.group, p.resource}
+		verbs[t] = append(verbs[t], p.verb)
+	}
+	var rules []rbacv1.PolicyRule
+	for t, v := range verbs {
+		slices.Sort(v)
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{t.group}, Resources: []string{t.resource}, Verbs: v})
+	}
+	return rules
+}
+
+func sortedPermissions(set map[permission]bool) []permission {
+	return slices.SortedFunc(maps.Keys(set), func(a, b permission) int { return strings.Compare(a.String(), b.String()) })
+}

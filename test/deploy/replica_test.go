@@ -1,0 +1,255 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// leaderMetric is the gauge that is 1 on the replica that leads.
+const leaderMetric = "attachdetach_controller_leader"
+
+// replica is one controller process, running with a token of its own for a
+// ServiceAccount of the controller's namespace.
+type replica struct {
+	t    *testing.T
+	name string
+	// credential is the ID the audit log gives the requests made with its token.
+	credential string
+	cmd        *exec.Cmd
+	logPath    string
+	done       chan struct{}
+}
+
+type replicaOptions struct {
+	// account is the ServiceAccount, in controllerNamespace.
+	account string
+	// lease, if set, turns leader election on with this Lease in controllerNamespace.
+	lease string
+	// args are more flags, such as lease timings. The HTTP server always listens on
+	// a free loopback port.
+	args []string
+}
+
+// startReplica starts a controller process; it is killed when the test ends if it
+// still runs then.
+func startReplica(t *testing.T, name string, o replicaOptions) *replica {
+	t.Helper()
+	token, err := env.ServiceAccountToken(t.Context(), controllerNamespace, o.account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	credential, err := credentialID(token)
+	if err != nil {
+		t.Fatalf("reading the token of %s: %v", o.account, err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, name+".kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig, token); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--kubeconfig=" + kubeconfig, "-v=2"}
+	if o.lease == "" {
+		args = append(args, "--leader-elect=false")
+	} else {
+		args = append(args, "--leader-elect=true", "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
+	}
+	// The last occurrence of a flag wins.
+	args = append(append(args, o.args...), "--bind-address=127.0.0.1:0")
+	r := &replica{t: t, name: name, credential: credential, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	logFile, err := os.Create(r.logPath)
+	if err != nil {
+		t.Fatalf("creating the log of replica %s: %v", name, err)
+	}
+	r.cmd = exec.Command(controllerBin, args...)
+	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := r.cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("starting replica %s: %v", name, err)
+	}
+	go func() {
+		_ = r.cmd.Wait()
+		logFile.Close()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		if r.running() {
+			r.signal(syscall.SIGKILL)
+			<-r.done
+		}
+		if t.Failed() {
+			t.Logf("replica %s log (%s), last lines:\n%s", r.name, r.logPath, r.logTail(40))
+		}
+	})
+	return r
+}
+
+func (r *replica) running() bool {
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (r *replica) signal(sig syscall.Signal) {
+	if err := syscall.Kill(-r.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.t.Fatalf("sending %s to replica %s: %v", sig, r.name, err)
+	}
+}
+
+// kill stops the replica with SIGKILL, as a crash or a lost node would: it cannot
+// release its Lease.
+func (r *replica) kill() {
+	r.t.Helper()
+	r.signal(syscall.SIGKILL)
+	<-r.done
+}
+
+// terminate stops the replica with SIGTERM, as the kubelet does when the pod is
+// deleted, and waits for it to exit within the Deployment's grace period.
+func (r *replica) terminate() {
+	r.t.Helper()
+	r.signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		r.t.Fatalf("replica %s still runs 30s after SIGTERM", r.name)
+	}
+	if code := r.cmd.ProcessState.ExitCode(); code != 0 {
+		r.t.Errorf("replica %s exited with code %d after SIGTERM", r.name, code)
+	}
+}
+
+func (r *replica) log() string {
+	r.t.Helper()
+	data, err := os.ReadFile(r.logPath)
+	if err != nil {
+		r.t.Fatalf("reading the log of replica %s: %v", r.name, err)
+	}
+	// klog quotes values and escapes the quotes inside them: unescape them so that
+	// API error messages read as the API server wrote them.
+	return strings.ReplaceAll(string(data), `\"`, `"`)
+}
+
+func (r *replica) logTail(n int) string {
+	lines := strings.Split(strings.TrimRight(r.log(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// forbidden returns the log lines that report a request the API server refused for
+// lack of permission.
+func (r *replica) forbidden() []string {
+	var lines []string
+	for _, line := range strings.Split(r.log(), "\n") {
+		if strings.Contains(line, "forbidden") {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// waitLog waits for a log line matching the pattern and returns its first
+// submatch.
+func (r *replica) waitLog(pattern string, timeout time.Duration) string {
+	r.t.Helper()
+	re := regexp.MustCompile(pattern)
+	var m []string
+	eventually(r.t, timeout, fmt.Sprintf("replica %s to log %q", r.name, pattern), func() bool {
+		m = re.FindStringSubmatch(r.log())
+		return m != nil || !r.running()
+	})
+	if m == nil {
+		r.t.Fatalf("replica %s exited before logging %q", r.name, pattern)
+	}
+	if len(m) < 2 {
+		return ""
+	}
+	return m[1]
+}
+
+// identity is the replica's identity in the leader Lease.
+func (r *replica) identity() string {
+	r.t.Helper()
+	return r.waitLog(`"Waiting to become the leader" .*identity="([^"]+)"`, 10*time.Second)
+}
+
+// waitStandby waits until the replica has seen the Lease held by another.
+func (r *replica) waitStandby() {
+	r.t.Helper()
+	r.waitLog(`"Another replica leads"`, 10*time.Second)
+}
+
+// get requests a path of the replica's HTTP server and returns the status code and
+// the body.
+func (r *replica) get(path string) (int, []byte) {
+	r.t.Helper()
+	addr := r.waitLog(`"Serving probes and metrics" address="([^"]+)"`, 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		r.t.Fatalf("request for %s: %v", path, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatalf("getting %s of replica %s: %v", path, r.name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		r.t.Fatalf("reading %s of replica %s: %v", path, r.name, err)
+	}
+	return resp.StatusCode, body
+}
+
+// leaderGauge reads attachdetach_controller_leader from the replica's /metrics.
+func (r *replica) leaderGauge() float64 {
+	r.t.Helper()
+	code, body := r.get("/metrics")
+	if code != http.StatusOK {
+		r.t.Fatalf("replica %s answered /metrics with %d", r.name, code)
+	}
+	m := regexp.MustCompile(`(?m)^` + leaderMetric + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		r.t.Fatalf("replica %s has no metric %s", r.name, leaderMetric)
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		r.t.Fatalf("metric %s of replica %s: %v", leaderMetric, r.name, err)
+	}
+	return v
+}
+
+// leaseHolder returns the holder of the Lease, "" if it has none or does not exist.
+func leaseHolder(t *testing.T, lease string) string {
+	t.Helper()
+	l, err := env.Client.CoordinationV1().Leases(controllerNamespace).Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// waitLeader waits until the replica holds the Lease and returns when it was seen.
+func waitLeader(t *testing.T, lease string, r *replica, timeout time.Duration) time.Time {
+	t.Helper()
+	id := r.identity()
+	eventually(t, timeout, fmt.Sprintf("replica %s to hold lease %s", r.name, lease), func() bool { return leaseHolder(t, lease) == id })
+	return time.Now()
+}
