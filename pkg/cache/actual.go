@@ -82,6 +82,23 @@ func NewActualState() *ActualState {
 func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.observeLocked(o)
+}
+
+// ObserveCreated records a VolumeAttachment the controller has just created, unless
+// the informer has recorded that very object (same UID) already: by then the
+// external-attacher may have attached it, and the new object's empty status must
+// not overwrite that.
+func (s *ActualState) ObserveCreated(o Observation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if att, ok := s.byObject[o.VolumeAttachment]; ok && att.UID == o.UID {
+		return
+	}
+	s.observeLocked(o)
+}
+
+func (s *ActualState) observeLocked(o Observation) (nodeStatusChanged bool) {
 	s.forgetUnresolvedLocked(o.VolumeAttachment)
 	if old, ok := s.byObject[o.VolumeAttachment]; ok && (old.Volume != o.Volume || old.Node != o.Node) {
 		s.removeLocked(old)

@@ -148,7 +148,7 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 	switch {
 	case err == nil:
 		klog.FromContext(ctx).V(4).Info("Created VolumeAttachment", "volumeAttachment", name)
-		e.cfg.Actual.Observe(cache.Observation{Volume: vol.Name, Node: node, VolumeAttachment: name, UID: created.UID})
+		e.cfg.Actual.ObserveCreated(cache.Observation{Volume: vol.Name, Node: node, VolumeAttachment: name, UID: created.UID})
 	case apierrors.IsAlreadyExists(err):
 	default:
 		return fmt.Errorf("creating VolumeAttachment %s: %w", name, err)

@@ -405,6 +405,31 @@ func TestAttachBeforeTheInformerSeesTheNewObject(t *testing.T) {
 	}
 }
 
+// TestAttachAfterTheInformerSawTheObjectAttached: csi-attacher can attach the new
+// object, and the informer record that, before Create returns to the operation; the
+// operation must not then overwrite the attached state with the bare new object.
+func TestAttachAfterTheInformerSawTheObjectAttached(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	h.client.PrependReactor("create", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		va := withStatus(a.(clienttesting.CreateAction).GetObject().(*storagev1.VolumeAttachment), func(va *storagev1.VolumeAttachment) {
+			va.UID = vaUID
+			va.Status.Attached = true
+		})
+		if err := h.vas.Add(va); err != nil {
+			t.Error(err)
+		}
+		h.actual.Observe(cache.Observation{Volume: testPV.Name, Node: testNode, VolumeAttachment: va.Name, UID: vaUID, Attached: true})
+		return false, nil, nil
+	})
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitDone(t)
+	if att, ok := h.actual.Get(testPV.Name, testNode); !ok || !att.Attached {
+		t.Errorf("actual state %+v after the attach, want the attached state the informer recorded", att)
+	}
+}
+
 func TestAttachCreateFails(t *testing.T) {
 	h := newExecHarness(t, time.Minute)
 	h.createErr = apierrors.NewForbidden(storagev1.Resource("volumeattachments"), testVAName, errors.New("denied"))
