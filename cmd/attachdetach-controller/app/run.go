@@ -108,8 +108,13 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
-	var runErr error
-	lost := make(chan struct{})
+	// The elector gets a context of its own, cancelled only once the controller
+	// has stopped: on SIGTERM the lease is released after this replica's last
+	// write, never while one of its operations may still reach the API server.
+	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var leading atomic.Bool
+	ran := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.LeaseDuration,
@@ -119,11 +124,17 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		Name:            o.LeaderElectionName,
 		WatchDog:        check,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leaderCtx context.Context) {
+				leading.Store(true)
 				logger.Info("Became the leader", "identity", identity)
-				runErr = run(ctx)
+				runCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				ran <- run(runCtx)
+				stopElector()
 			},
-			OnStoppedLeading: func() { close(lost) },
+			// Required by client-go; what happens next is decided when Run returns.
+			OnStoppedLeading: func() {},
 			OnNewLeader: func(id string) {
 				if id != identity {
 					logger.Info("Another replica leads", "leader", id)
@@ -134,14 +145,21 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 	if err != nil {
 		return fmt.Errorf("setting up leader election: %w", err)
 	}
-	logger.Info("Waiting to become the leader", "lease", o.LeaderElectionNamespace+"/"+o.LeaderElectionName, "identity", identity)
-	elector.Run(ctx)
-	select {
-	case <-lost:
-		if ctx.Err() == nil {
-			return errors.Join(errors.New("lost the leader lease"), runErr)
+	// A standby stops at once on SIGTERM; a leader stops its controller first.
+	defer context.AfterFunc(ctx, func() {
+		if !leading.Load() {
+			stopElector()
 		}
+	})()
+	logger.Info("Waiting to become the leader", "lease", o.LeaderElectionNamespace+"/"+o.LeaderElectionName, "identity", identity)
+	elector.Run(electorCtx)
+	var runErr error
+	select {
+	case runErr = <-ran:
 	default:
+	}
+	if ctx.Err() == nil {
+		return errors.Join(errors.New("stopped leading before shutdown: the lease was lost or the controller stopped"), runErr)
 	}
 	return runErr
 }
