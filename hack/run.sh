@@ -16,5 +16,6 @@ bin=${XDG_CACHE_HOME:-$HOME/.cache}/attachdetach-controller/bin
 mkdir -p "$bin"
 # Built from the repository root, run from the caller's directory so that a relative
 # KUBECONFIG keeps working.
+[ -x "$bin/localup" ] || echo "Building hack/localup (first time only; a few minutes with a cold Go build cache)" >&2
 (cd "$root" && go build -o "$bin/localup" ./hack/localup)
 exec "$bin/localup" "$@"

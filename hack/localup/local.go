@@ -46,7 +46,9 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer removeDir(dir)
+	// failed keeps the logs for a look at what went wrong.
+	failed := false
+	defer func() { cleanDir(dir, failed) }()
 	if err := logToFile(filepath.Join(dir, "localup.log")); err != nil {
 		return err
 	}
@@ -68,17 +70,22 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 		Progress: os.Stdout,
 	})
 	if err != nil {
-		return interrupted(ctx, err)
+		failed = ctx.Err() == nil
+		return err
 	}
 	defer func() {
 		fmt.Println("Stopping the controller, csi-attacher, the kubelet stand-in, the CSI driver, kube-apiserver and etcd")
+		if failed {
+			cluster.Env.KeepLogs()
+		}
 		cluster.Stop()
 	}()
 	fmt.Printf("Local cluster up in %s\n", since(began))
 
 	if !cfg.noDemo {
 		if err := demo.Run(ctx, cluster, os.Stdout, demo.Options{Kubectl: kubectl}); err != nil {
-			return interrupted(ctx, err)
+			failed = ctx.Err() == nil
+			return err
 		}
 		fmt.Printf("The demo ended %s after the start\n", since(began))
 	}
@@ -209,20 +216,32 @@ spec:
 `, demo.DefaultNamespace, node, localcluster.PodImage, demo.ClaimRWO)
 }
 
-// interrupted turns an error caused by Ctrl-C into a plain message.
-func interrupted(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		fmt.Println("\nInterrupted")
-		return nil
-	}
-	return err
-}
-
 func removeDir(dir string) {
 	klog.Flush()
 	if err := os.RemoveAll(dir); err != nil {
 		fmt.Fprintf(os.Stderr, "localup: removing %s: %v\n", dir, err)
 	}
+}
+
+// cleanDir removes the cluster's directory or, with keepLogs, all in it but the log
+// files and the control plane's directory (which keeps only its logs itself).
+func cleanDir(dir string, keepLogs bool) {
+	if !keepLogs {
+		removeDir(dir)
+		return
+	}
+	klog.Flush()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "localup: %v\n", err)
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() && !strings.HasSuffix(e.Name(), ".log") {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "localup: logs kept in %s\n", dir)
 }
 
 func since(t time.Time) time.Duration {

@@ -69,6 +69,10 @@ func main() {
 		err = runLocal(ctx, stop, cfg)
 	}
 	klog.Flush()
+	if err != nil && ctx.Err() != nil {
+		fmt.Println("\nInterrupted")
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "localup:", err)
 		os.Exit(1)
