@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+)
+
+// suite is the set of runs of one benchmark invocation: every controller on every
+// workload size at every rate.
+type suite struct {
+	Volumes     []int
+	Rates       []rate
+	Controllers []controllerKind
+	Nodes       int
+	Idle        time.Duration
+	// PhaseTimeout, AttacherWorkers, KubeletWorkers and Clients: see runConfig.
+	PhaseTimeout                             time.Duration
+	AttacherWorkers, KubeletWorkers, Clients int
+	// Dir receives the controller binary and one directory per run.
+	Dir string
+	// Progress receives a line per run.
+	Progress io.Writer
+}
+
+// run builds this controller, finds kube-controller-manager, and runs every
+// combination, the controllers one after the other for each workload and rate so
+// that both see the machine in the same state.
+func (s suite) run(ctx context.Context) ([]*result, error) {
+	bins, err := buildBinaries(ctx, s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	total := len(s.Volumes) * len(s.Rates) * len(s.Controllers)
+	var results []*result
+	for _, volumes := range s.Volumes {
+		for _, r := range s.Rates {
+			for _, kind := range s.Controllers {
+				cfg := runConfig{
+					Controller:      kind,
+					Binaries:        bins,
+					Rate:            r,
+					Volumes:         volumes,
+					Nodes:           s.Nodes,
+					Idle:            s.Idle,
+					PhaseTimeout:    s.PhaseTimeout,
+					AttacherWorkers: s.AttacherWorkers,
+					KubeletWorkers:  s.KubeletWorkers,
+					Clients:         s.Clients,
+					Dir:             filepath.Join(s.Dir, fmt.Sprintf("%s-%d-qps%g-burst%d", kind, volumes, r.QPS, r.Burst)),
+				}
+				if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+					return nil, fmt.Errorf("creating run directory: %w", err)
+				}
+				fmt.Fprintf(s.Progress, "run %d/%d: %s controller, %d volumes on %d nodes, QPS/burst %s\n",
+					len(results)+1, total, kind, volumes, s.Nodes, r)
+				started := time.Now()
+				res, err := run(ctx, cfg)
+				if err != nil {
+					return nil, fmt.Errorf("%s controller, %d volumes, QPS/burst %s: %w", kind, volumes, r, err)
+				}
+				fmt.Fprintf(s.Progress, "  done in %s: all in node status after %s, all detached after %s\n",
+					time.Since(started).Round(time.Second), seconds(res.allInStatus), seconds(max(res.allVAsGone, res.allNodesEmpty)))
+				results = append(results, res)
+			}
+		}
+	}
+	return results, nil
+}
+
+// buildBinaries builds ./cmd/attachdetach-controller into dir and finds (building
+// it on first use) kube-controller-manager.
+func buildBinaries(ctx context.Context, dir string) (binaries, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return binaries{}, err
+	}
+	bins := binaries{this: filepath.Join(dir, "attachdetach-controller")}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bins.this, "./cmd/attachdetach-controller")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return binaries{}, fmt.Errorf("building the controller: %w\n%s", err, out)
+	}
+	if bins.upstream, err = testenv.Tool(ctx, "kube-controller-manager"); err != nil {
+		return binaries{}, err
+	}
+	return bins, nil
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+)
+
+// observer records, from watches in the benchmark process, when each volume's pod,
+// VolumeAttachment, status.attached and node status entry were first seen, when its
+// pod's SuccessfulAttachVolume event was, and when the last VolumeAttachment and the
+// last node status entry went away.
+//
+// Volumes are keyed by name: the pod, its claim, the PV and the volume handle of a
+// volume all share one name.
+type observer struct {
+	prefix string // unique volume name prefix of the benchmark's driver
+
+	mu           sync.Mutex
+	podSeen      map[string]time.Time
+	vaSeen       map[string]time.Time
+	attachedSeen map[string]time.Time
+	inStatusSeen map[string]time.Time
+	eventSeen    map[string]time.Time // pod name -> first SuccessfulAttachVolume event
+	lastEvent    time.Time            // when the last new SuccessfulAttachVolume event came
+	liveVAs      map[string]bool      // VolumeAttachment names that exist
+	nodeVolumes  map[string]int       // node name -> benchmark volumes in its status
+	nonEmpty     int                  // nodes with benchmark volumes in their status
+	vasGoneAt    time.Time            // when liveVAs last became empty
+	nodesEmptyAt time.Time            // when nonEmpty last dropped to 0
+}
+
+// startObserver watches pods, events, VolumeAttachments and nodes until ctx ends, and
+// returns once its caches are synced.
+func startObserver(ctx context.Context, client kubernetes.Interface, driver string) (*observer, error) {
+	o := &observer{
+		prefix:       sim.UniqueVolumeName(driver, ""),
+		podSeen:      map[string]time.Time{},
+		vaSeen:       map[string]time.Time{},
+		attachedSeen: map[string]time.Time{},
+		inStatusSeen: map[string]time.Time{},
+		eventSeen:    map[string]time.Time{},
+		liveVAs:      map[string]bool{},
+		nodeVolumes:  map[string]int{},
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
+	clusterFactory := informers.NewSharedInformerFactory(client, 0)
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		funcs    cache.ResourceEventHandlerFuncs
+	}{
+		{factory.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{AddFunc: o.onPod}},
+		{factory.Core().V1().Events().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    o.onEvent,
+			UpdateFunc: func(_, obj any) { o.onEvent(obj) },
+		}},
+		{clusterFactory.Storage().V1().VolumeAttachments().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    o.onVA,
+			UpdateFunc: func(_, obj any) { o.onVA(obj) },
+			DeleteFunc: o.onVADelete,
+		}},
+		{clusterFactory.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    o.onNode,
+			UpdateFunc: func(_, obj any) { o.onNode(obj) },
+		}},
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(h.funcs); err != nil {
+			return nil, fmt.Errorf("adding observer event handler: %w", err)
+		}
+	}
+	for _, f := range []informers.SharedInformerFactory{factory, clusterFactory} {
+		f.Start(ctx.Done())
+		go func() {
+			<-ctx.Done()
+			f.Shutdown()
+		}()
+		if err := f.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
+			return nil, fmt.Errorf("syncing observer caches: %w", err)
+		}
+	}
+	return o, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func firstSeen(m map[string]time.Time, key string, now time.Time) {
+	if _, ok := m[key]; !ok {
+		m[key] = now
+	}
+}
+
+func (o *observer) onPod(obj any) {
+	now := time.Now()
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	firstSeen(o.podSeen, pod.Name, now)
+}
+
+func (o *observer) onEvent(obj any) {
+	now := time.Now()
+	ev, ok := obj.(*corev1.Event)
+	if !ok || ev.Reason != attachedReason || ev.InvolvedObject.Kind != "Pod" {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, seen := o.eventSeen[ev.InvolvedObject.Name]; !seen {
+		o.eventSeen[ev.InvolvedObject.Name] = now
+		o.lastEvent = now
+	}
+}
+
+func (o *observer) onVA(obj any) {
+	now := time.Now()
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok || va.Spec.Source.PersistentVolumeName == nil {
+		return
+	}
+	volume := *va.Spec.Source.PersistentVolumeName
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.liveVAs[va.Name] = true
+	firstSeen(o.vaSeen, volume, now)
+	if va.Status.Attached {
+		firstSeen(o.attachedSeen, volume, now)
+	}
+}
+
+func (o *observer) onVADelete(obj any) {
+	now := time.Now()
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.liveVAs[va.Name] {
+		delete(o.liveVAs, va.Name)
+		if len(o.liveVAs) == 0 {
+			o.vasGoneAt = now
+		}
+	}
+}
+
+func (o *observer) onNode(obj any) {
+	now := time.Now()
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	count := 0
+	for _, av := range node.Status.VolumesAttached {
+		if volume, ok := strings.CutPrefix(string(av.Name), o.prefix); ok {
+			count++
+			firstSeen(o.inStatusSeen, volume, now)
+		}
+	}
+	before := o.nodeVolumes[node.Name]
+	o.nodeVolumes[node.Name] = count
+	switch {
+	case before == 0 && count > 0:
+		o.nonEmpty++
+	case before > 0 && count == 0:
+		o.nonEmpty--
+		if o.nonEmpty == 0 {
+			o.nodesEmptyAt = now
+		}
+	}
+}
+
+// allInStatus tells whether every volume has been seen in node status.
+func (o *observer) allInStatus(volumes []string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, v := range volumes {
+		if _, ok := o.inStatusSeen[v]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// eventsSettled tells whether every volume's pod has had its SuccessfulAttachVolume
+// event, or no new one has come for quiet since the later of since and the last one
+// (event recorders drop events when their queue overflows).
+func (o *observer) eventsSettled(volumes []string, since time.Time, quiet time.Duration) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if time.Since(later(since, o.lastEvent)) > quiet {
+		return true
+	}
+	for _, v := range volumes {
+		if _, ok := o.eventSeen[v]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// allGone tells whether no VolumeAttachment exists and no node lists a volume.
+func (o *observer) allGone() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.liveVAs) == 0 && o.nonEmpty == 0
+}
+
+// volumeTimes are the first-seen times of one volume.
+type volumeTimes struct {
+	pod, va, attached, inStatus time.Time
+}
+
+// times returns the first-seen times of the volumes.
+func (o *observer) times(volumes []string) []volumeTimes {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]volumeTimes, len(volumes))
+	for i, v := range volumes {
+		out[i] = volumeTimes{pod: o.podSeen[v], va: o.vaSeen[v], attached: o.attachedSeen[v], inStatus: o.inStatusSeen[v]}
+	}
+	return out
+}
+
+// goneTimes returns when the last VolumeAttachment went and when the last node
+// status entry went.
+func (o *observer) goneTimes() (vasGone, nodesEmpty time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.vasGoneAt, o.nodesEmptyAt
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+)
+
+func seconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+
+// percentile returns the nearest-rank p-th percentile (0 < p <= 1) of sorted values.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)]
+}
+
+// attachWrites is the number of requests attaching needs at the least: the
+// VolumeAttachments created and the node status writes, as this run made them.
+func (r *result) attachWrites() int {
+	n := 0
+	for k, c := range r.requests[attachPhase] {
+		switch {
+		case k.Verb == "create" && k.Resource == "volumeattachments",
+			(k.Verb == "patch" || k.Verb == "update") && k.Resource == "nodes/status":
+			n += c
+		}
+	}
+	return n
+}
+
+// requestFloor is the shortest time the client rate limit allows for the attach
+// phase's writes: what the burst does not cover, at QPS.
+func (r *result) requestFloor() time.Duration {
+	over := max(r.attachWrites()-r.cfg.Rate.Burst, 0)
+	return time.Duration(float64(over) / r.cfg.Rate.QPS * float64(time.Second))
+}
+
+func (r *result) requestsPerVolume(phases ...phase) float64 {
+	n := 0
+	for _, p := range phases {
+		n += r.requests[p].Total()
+	}
+	return float64(n) / float64(r.cfg.Volumes)
+}
+
+// figure is one row of the main table.
+type figure struct {
+	name   string
+	format string
+	value  func(*result) float64
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+var figures = []figure{
+	{"attach: all VolumeAttachments exist (s)", "%.2f", func(r *result) float64 { return r.allVAs.Seconds() }},
+	{"attach: all volumes in node status (s)", "%.2f", func(r *result) float64 { return r.allInStatus.Seconds() }},
+	{"attach: request floor, (VAs + node status writes − burst)/QPS (s)", "%.2f", func(r *result) float64 { return r.requestFloor().Seconds() }},
+	{"attach: VolumeAttachment creates + node status writes", "%.0f", func(r *result) float64 { return float64(r.attachWrites()) }},
+	{"attach: pod → VolumeAttachment p50 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToVA, .5)) }},
+	{"attach: pod → VolumeAttachment p90 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToVA, .9)) }},
+	{"attach: pod → VolumeAttachment p99 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToVA, .99)) }},
+	{"attach: status.attached → node status p50 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .5)) }},
+	{"attach: status.attached → node status p90 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .9)) }},
+	{"attach: status.attached → node status p99 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .99)) }},
+	{"steady: CPU while idle (s)", "%.2f", func(r *result) float64 { return r.idleCPU.Seconds() }},
+	{"steady: peak RSS (MiB)", "%.0f", func(r *result) float64 { return float64(r.peakRSS) / (1 << 20) }},
+	{"steady: API requests while idle", "%.0f", func(r *result) float64 { return float64(r.requests[idlePhase].Total()) }},
+	{"churn: all VolumeAttachments gone (s)", "%.2f", func(r *result) float64 { return r.allVAsGone.Seconds() }},
+	{"churn: all node statuses empty (s)", "%.2f", func(r *result) float64 { return r.allNodesEmpty.Seconds() }},
+	{"API requests per volume: attach", "%.2f", func(r *result) float64 { return r.requestsPerVolume(attachPhase) }},
+	{"API requests per volume: idle", "%.2f", func(r *result) float64 { return r.requestsPerVolume(idlePhase) }},
+	{"API requests per volume: churn", "%.2f", func(r *result) float64 { return r.requestsPerVolume(churnPhase) }},
+	{"API requests per volume: attach + idle + churn", "%.2f", func(r *result) float64 {
+		return r.requestsPerVolume(attachPhase, idlePhase, churnPhase)
+	}},
+}
+
+// results indexes the results of a suite.
+type results struct {
+	suite suite
+	byKey map[runKey]*result
+}
+
+type runKey struct {
+	volumes    int
+	rate       rate
+	controller controllerKind
+}
+
+func newResults(s suite, list []*result) results {
+	rs := results{suite: s, byKey: map[runKey]*result{}}
+	for _, r := range list {
+		rs.byKey[runKey{r.cfg.Volumes, r.cfg.Rate, r.cfg.Controller}] = r
+	}
+	return rs
+}
+
+// write prints, for each workload size, the figures of both controllers at every
+// rate with their ratio, and the requests per volume by verb and resource.
+func (rs results) write(w io.Writer) {
+	for _, volumes := range rs.suite.Volumes {
+		fmt.Fprintf(w, "### %d volumes on %d nodes\n\n", volumes, rs.suite.Nodes)
+		header := []string{"figure"}
+		for _, r := range rs.suite.Rates {
+			header = append(header, "this "+r.String(), "upstream "+r.String(), "ratio")
+		}
+		t := newTable(header...)
+		for _, f := range figures {
+			row := []string{f.name}
+			for _, r := range rs.suite.Rates {
+				ours := rs.byKey[runKey{volumes, r, thisController}]
+				theirs := rs.byKey[runKey{volumes, r, upstreamController}]
+				row = append(row, cell(f, ours), cell(f, theirs), ratio(f, ours, theirs))
+			}
+			t.add(row...)
+		}
+		t.write(w)
+		for _, r := range rs.suite.Rates {
+			fmt.Fprintf(w, "\nAPI requests per volume by verb and resource, %d volumes, QPS/burst %s:\n\n", volumes, r)
+			rs.writeBreakdown(w, volumes, r)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func cell(f figure, r *result) string {
+	if r == nil {
+		return "–"
+	}
+	return fmt.Sprintf(f.format, f.value(r))
+}
+
+func ratio(f figure, ours, theirs *result) string {
+	if ours == nil || theirs == nil || f.value(theirs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", f.value(ours)/f.value(theirs))
+}
+
+// requestKind is a verb on a resource, whoever made the request.
+type requestKind struct{ verb, resource string }
+
+func (k requestKind) String() string {
+	if k.resource == "" {
+		return k.verb + " (non-resource URL)"
+	}
+	return k.verb + " " + k.resource
+}
+
+func byKind(counts testenv.RequestCounts) map[requestKind]int {
+	out := map[requestKind]int{}
+	for k, n := range counts {
+		out[requestKind{k.Verb, k.Resource}] += n
+	}
+	return out
+}
+
+func (rs results) writeBreakdown(w io.Writer, volumes int, r rate) {
+	controllers := []controllerKind{thisController, upstreamController}
+	header := []string{"request"}
+	counts := map[controllerKind][numPhases]map[requestKind]int{}
+	kinds := map[requestKind]bool{}
+	for _, c := range controllers {
+		for p := range numPhases {
+			header = append(header, fmt.Sprintf("%s %s", c, p))
+		}
+		header = append(header, string(c)+" total")
+		res := rs.byKey[runKey{volumes, r, c}]
+		if res == nil {
+			continue
+		}
+		var perPhase [numPhases]map[requestKind]int
+		for p := range numPhases {
+			perPhase[p] = byKind(res.requests[p])
+			for k := range perPhase[p] {
+				kinds[k] = true
+			}
+		}
+		counts[c] = perPhase
+	}
+	t := newTable(header...)
+	sorted := slices.SortedFunc(maps.Keys(kinds), func(a, b requestKind) int {
+		return cmp.Or(strings.Compare(a.resource, b.resource), strings.Compare(a.verb, b.verb))
+	})
+	perVolume := func(n int) string { return fmt.Sprintf("%.3f", float64(n)/float64(volumes)) }
+	for _, k := range append(sorted, requestKind{}) {
+		row := []string{k.String()}
+		if k == (requestKind{}) {
+			row[0] = "all requests"
+		}
+		for _, c := range controllers {
+			perPhase, ok := counts[c]
+			if !ok {
+				row = append(row, slices.Repeat([]string{"–"}, int(numPhases)+1)...)
+				continue
+			}
+			total := 0
+			for p := range numPhases {
+				n := perPhase[p][k]
+				if k == (requestKind{}) {
+					n = sum(perPhase[p])
+				}
+				total += n
+				row = append(row, perVolume(n))
+			}
+			row = append(row, perVolume(total))
+		}
+		t.add(row...)
+	}
+	t.write(w)
+}
+
+func sum(m map[requestKind]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
+// table is a Markdown table, its columns padded so that it also reads as text.
+type table struct {
+	rows [][]string
+}
+
+func newTable(header ...string) *table { return &table{rows: [][]string{header}} }
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) write(w io.Writer) {
+	widths := make([]int, len(t.rows[0]))
+	for _, row := range t.rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		for i, c := range cells {
+			pad := strings.Repeat(" ", widths[i]-len([]rune(c)))
+			if i == 0 {
+				fmt.Fprintf(&b, "| %s%s ", c, pad)
+			} else {
+				fmt.Fprintf(&b, "| %s%s ", pad, c)
+			}
+		}
+		fmt.Fprintln(w, b.String()+"|")
+	}
+	line(t.rows[0])
+	sep := make([]string, len(widths))
+	for i, n := range widths {
+		if i == 0 {
+			sep[i] = ":" + strings.Repeat("-", n-1)
+		} else {
+			sep[i] = strings.Repeat("-", n-1) + ":"
+		}
+	}
+	line(sep)
+	for _, row := range t.rows[1:] {
+		line(row)
+	}
+}
