@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Runs every test: vet, the unit tests, the integration suite against a real
 # kube-apiserver and etcd, the end-to-end suite with the real CSI external-attacher,
-# and the small benchmark run. Needs etcd on the PATH (Debian: etcd-server); builds
-# and caches kube-apiserver, kubectl, kube-controller-manager and csi-attacher itself.
+# and the small benchmark run. Installs etcd (Debian's etcd-server) when missing, and
+# builds and caches kube-apiserver, kubectl, kube-controller-manager and csi-attacher.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v etcd >/dev/null 2>&1; then
-	echo "etcd is not installed: apt-get install etcd-server" >&2
-	exit 1
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "etcd is not installed and this is not root: run apt-get install etcd-server" >&2
+		exit 1
+	fi
+	echo "--- installing etcd (Debian's etcd-server)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq etcd-server >/dev/null
 fi
 echo "--- building the upstream tools the tests run (cached after the first time)"
 hack/build-tools.sh >/dev/null

@@ -405,7 +405,11 @@ func (c *Checker) scheduleDeletionCheck(name string, rv uint64, a attachment) {
 		if !ok || !node.exists || !node.ready || node.outOfService || !node.inUse[facts.uniqueName] {
 			return ""
 		}
-		return fmt.Sprintf("deletion of VolumeAttachment %s (volume %s) requested at resourceVersion %d while Ready node %s (no out-of-service taint) listed %s in volumesInUse",
+		vol := facts.uniqueName
+		if !h.mayHaveMounted(rv, func(v nodeVersion) bool { return v.inUse[vol] }, func(v nodeVersion) bool { return v.attached[vol] }) {
+			return ""
+		}
+		return fmt.Sprintf("deletion of VolumeAttachment %s (volume %s) requested at resourceVersion %d while Ready node %s (no out-of-service taint) listed %s in volumesInUse and may have mounted it",
 			name, describe(a.volume), rv, a.node, facts.uniqueName)
 	}})
 }

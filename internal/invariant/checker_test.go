@@ -65,13 +65,25 @@ func createNode(t *testing.T, name string) {
 }
 
 // setNodeStatus writes a node's Ready condition and volumesInUse.
+// setNodeStatus sets the Ready condition and lists the volumes both in use and
+// attached, as a node that mounted them does.
 func setNodeStatus(t *testing.T, name string, ready bool, inUse ...string) {
+	t.Helper()
+	setNodeVolumes(t, name, ready, inUse, inUse)
+}
+
+func setNodeVolumes(t *testing.T, name string, ready bool, inUse, attached []string) {
 	t.Helper()
 	status := corev1.ConditionTrue
 	if !ready {
 		status = corev1.ConditionFalse
 	}
-	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q}],"volumesInUse":[%s]}}`, status, quoteAll(inUse))
+	entries := make([]string, len(attached))
+	for i, v := range attached {
+		entries[i] = fmt.Sprintf(`{"name":%q,"devicePath":""}`, v)
+	}
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q}],"volumesInUse":[%s],"volumesAttached":[%s]}}`,
+		status, quoteAll(inUse), strings.Join(entries, ","))
 	if _, err := env.Client.CoreV1().Nodes().Patch(t.Context(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("patching node status: %v", err)
 	}
@@ -210,13 +222,16 @@ func TestMultiAttachAfterDetach(t *testing.T) {
 
 func TestDetachWhileMounted(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		ready      bool
-		mounted    bool
-		taint      bool
-		finalizer  bool
+		name      string
+		ready     bool
+		mounted   bool
+		taint     bool
+		finalizer bool
+		// unlisted: the node reports the volume in use only after it left volumesAttached.
+		unlisted   bool
 		violations int
 	}{
+		{name: "in-use-after-unlisted", ready: true, mounted: true, unlisted: true, violations: 0},
 		{name: "mounted-ready", ready: true, mounted: true, violations: 1},
 		{name: "mounted-ready-finalizer", ready: true, mounted: true, finalizer: true, violations: 1},
 		{name: "unmounted", ready: true, violations: 0},
@@ -231,7 +246,13 @@ func TestDetachWhileMounted(t *testing.T) {
 			if tc.mounted {
 				inUse = append(inUse, sim.UniqueVolumeName(driver, pv))
 			}
-			setNodeStatus(t, node, tc.ready, inUse...)
+			if tc.unlisted {
+				setNodeVolumes(t, node, tc.ready, inUse, inUse)
+				setNodeVolumes(t, node, tc.ready, nil, nil)
+				setNodeVolumes(t, node, tc.ready, inUse, nil)
+			} else {
+				setNodeStatus(t, node, tc.ready, inUse...)
+			}
 			if tc.taint {
 				taintOutOfService(t, node)
 			}

@@ -75,10 +75,12 @@ type nodeVersion struct {
 	ready        bool
 	outOfService bool
 	inUse        map[string]bool
+	// attached is what status.volumesAttached listed.
+	attached map[string]bool
 }
 
 func nodeVersionOf(rv uint64, node *corev1.Node, exists bool) nodeVersion {
-	v := nodeVersion{rv: rv, exists: exists, inUse: map[string]bool{}}
+	v := nodeVersion{rv: rv, exists: exists, inUse: map[string]bool{}, attached: map[string]bool{}}
 	if !exists {
 		return v
 	}
@@ -93,7 +95,25 @@ func nodeVersionOf(rv uint64, node *corev1.Node, exists bool) nodeVersion {
 	for _, vol := range node.Status.VolumesInUse {
 		v.inUse[string(vol)] = true
 	}
+	for _, av := range node.Status.VolumesAttached {
+		v.attached[string(av.Name)] = true
+	}
 	return v
+}
+
+// mayHaveMounted tells whether kubelet may have the volume mounted at rv: it
+// lists the volume in volumesInUse, and has done so continuously since a version in
+// which volumesAttached listed it too. kubelet mounts only a volume that both lists
+// show, so a volume it started reporting in use after the controller had taken it
+// out of volumesAttached cannot be mounted.
+func (h *history[V]) mayHaveMounted(rv uint64, inUse, attached func(V) bool) bool {
+	i := sort.Search(len(h.versions), func(i int) bool { return h.rvOf(h.versions[i]) > rv }) - 1
+	for ; i >= 0 && inUse(h.versions[i]); i-- {
+		if attached(h.versions[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // pvVersion is a PersistentVolume's state from one resourceVersion on.

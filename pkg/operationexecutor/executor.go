@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,8 +29,9 @@ import (
 
 // NodeStatusSyncer writes a node's status.volumesAttached from the actual state.
 type NodeStatusSyncer interface {
-	// Sync writes the node's list now if it differs, and returns once it is written.
-	Sync(ctx context.Context, node string) error
+	// Sync writes the node's list now if it differs, and returns once it is
+	// written, with the node as it stood right after (nil if it does not exist).
+	Sync(ctx context.Context, node string) (*v1.Node, error)
 	// Enqueue asks for the node's list to be written soon.
 	Enqueue(node string)
 }
@@ -183,9 +185,12 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 	return err
 }
 
-// Detach starts detaching the volume from the node. It returns ErrPending or a
-// *BackoffError when the operation cannot start now.
-func (e *Executor) Detach(ctx context.Context, att cache.Attachment, multiAttach bool) error {
+// Detach starts detaching the volume from the node. Unless force is set (the
+// node is out of service, or the wait for unmount is over), the detach is called
+// off if the node turns out to report the volume in use once it no longer lists it
+// as attached. It returns ErrPending or a *BackoffError when the operation cannot
+// start now.
+func (e *Executor) Detach(ctx context.Context, att cache.Attachment, multiAttach, force bool) error {
 	lock := lockNode(multiAttach, att.Node)
 	if err := e.locks.acquire(att.Volume, att.Node, lock); err != nil {
 		return err
@@ -193,13 +198,15 @@ func (e *Executor) Detach(ctx context.Context, att cache.Attachment, multiAttach
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "detach", "volume", att.Volume, "node", att.Node, "volumeAttachment", att.VolumeAttachment)
 	go func() {
 		started := time.Now()
-		err := e.detach(klog.NewContext(ctx, logger), att)
+		err := e.detach(klog.NewContext(ctx, logger), att, force)
 		e.cfg.Metrics.ObserveOperation("detach", started, err)
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
 		case ctx.Err() != nil:
 			logger.V(2).Info("Detach interrupted by shutdown")
+		case errors.Is(err, ErrInUse):
+			logger.Info("Detach called off: the node reported the volume in use as it left node status")
 		default:
 			logger.Error(err, "Detach failed")
 		}
@@ -209,15 +216,23 @@ func (e *Executor) Detach(ctx context.Context, att cache.Attachment, multiAttach
 	return nil
 }
 
-func (e *Executor) detach(ctx context.Context, att cache.Attachment) (err error) {
+func (e *Executor) detach(ctx context.Context, att cache.Attachment, force bool) (err error) {
 	e.cfg.Actual.SetHiddenFromNodeStatus(att.Volume, att.Node, true)
 	defer func() {
 		if err != nil && e.cfg.Actual.SetHiddenFromNodeStatus(att.Volume, att.Node, false) {
 			e.cfg.NodeStatus.Enqueue(att.Node)
 		}
 	}()
-	if err := e.cfg.NodeStatus.Sync(ctx, att.Node); err != nil {
+	node, err := e.cfg.NodeStatus.Sync(ctx, att.Node)
+	if err != nil {
 		return fmt.Errorf("removing the volume from the status of node %s before detaching: %w", att.Node, err)
+	}
+	// kubelet reports a volume in use before it mounts it, and mounts only a volume
+	// node status lists as attached. The node as it stood once the volume left that
+	// list is the last word: if kubelet reported the volume in use by then, it may
+	// be mounting it.
+	if !force && node != nil && slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(att.Volume)) {
+		return ErrInUse
 	}
 	uid := att.UID
 	opts := metav1.DeleteOptions{}

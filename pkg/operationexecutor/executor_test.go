@@ -74,16 +74,17 @@ type fakeNodeStatus struct {
 
 	mu             sync.Mutex
 	err            error
+	node           *v1.Node
 	reportedAtSync [][]csivolume.UniqueName
 	enqueued       []string
 }
 
-func (f *fakeNodeStatus) Sync(_ context.Context, node string) error {
+func (f *fakeNodeStatus) Sync(_ context.Context, node string) (*v1.Node, error) {
 	f.log.add("sync " + node)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reportedAtSync = append(f.reportedAtSync, f.actual.ReportedVolumes(node))
-	return f.err
+	return f.node, f.err
 }
 
 func (f *fakeNodeStatus) Enqueue(node string) {
@@ -461,7 +462,7 @@ func TestOperationsExclusion(t *testing.T) {
 		t.Errorf("second attach of a single-attach volume = %v, want ErrPending", err)
 	}
 	att := cache.Attachment{Volume: testPV.Name, Node: "node-2", VolumeAttachment: "other"}
-	if err := h.exec.Detach(t.Context(), att, false); !errors.Is(err, ErrPending) {
+	if err := h.exec.Detach(t.Context(), att, false, false); !errors.Is(err, ErrPending) {
 		t.Errorf("detach of a single-attach volume during an attach = %v, want ErrPending", err)
 	}
 	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.AnyRunning(testPV.Name) {
@@ -503,7 +504,7 @@ func newDetachHarness(t *testing.T, timeout time.Duration) (*execHarness, cache.
 
 func TestDetachSuccess(t *testing.T) {
 	h, att := newDetachHarness(t, time.Minute)
-	if err := h.exec.Detach(t.Context(), att, false); err != nil {
+	if err := h.exec.Detach(t.Context(), att, false, false); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitWaiting(t, testVAName)
@@ -630,7 +631,7 @@ func TestDetachOutcome(t *testing.T) {
 			h, att := newDetachHarness(t, tc.timeout)
 			h.status.err = tc.syncErr
 			h.deleteErr = tc.deleteErr
-			if err := h.exec.Detach(t.Context(), att, false); err != nil {
+			if err := h.exec.Detach(t.Context(), att, false, false); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.observe != nil {
@@ -670,11 +671,55 @@ func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
 	if err := h.vas.Delete(attachedObject()); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.exec.Detach(t.Context(), att, true); err != nil {
+	if err := h.exec.Detach(t.Context(), att, true, false); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitDone(t)
 	if h.backingOff(testPV.Name, testNode) {
 		t.Error("backing off after a detach of an object already gone")
+	}
+}
+
+// TestDetachCalledOffWhenNodeReportsInUse: once node status no longer lists the
+// volume, the node as written is checked again; a volume kubelet reported in use
+// meanwhile is not detached, unless the detach is forced.
+func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		force   bool
+		deletes int
+	}{
+		{name: "not forced", force: false, deletes: 0},
+		{name: "forced", force: true, deletes: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, att := newDetachHarness(t, time.Minute)
+			h.status.node = &v1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: testNode},
+				Status:     v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{v1.UniqueVolumeName(testPV.Name)}},
+			}
+			if err := h.exec.Detach(t.Context(), att, false, tc.force); err != nil {
+				t.Fatalf("Detach: %v", err)
+			}
+			if tc.force {
+				h.waitWaiting(t, testVAName)
+				h.exec.ObserveVolumeAttachment(testVAName, nil)
+			}
+			h.waitDone(t)
+			h.mu.Lock()
+			deletes := len(h.deletes)
+			h.mu.Unlock()
+			if deletes != tc.deletes {
+				t.Fatalf("%d deletes, want %d", deletes, tc.deletes)
+			}
+			if !tc.force {
+				if got, _ := h.actual.Get(testPV.Name, testNode); !got.Reported() {
+					t.Errorf("attachment after the called-off detach = %+v, want reported again", got)
+				}
+				if !h.backingOff(testPV.Name, testNode) {
+					t.Error("no backoff after a called-off detach")
+				}
+			}
+		})
 	}
 }

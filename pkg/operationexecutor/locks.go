@@ -1,6 +1,7 @@
 package operationexecutor
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -19,6 +20,10 @@ const wholeVolume = ""
 
 // ErrPending means an operation that conflicts with the one asked for is running.
 var ErrPending = fmt.Errorf("an operation on this volume is already running")
+
+// ErrInUse means a detach was called off because the node reported the volume in
+// use after all.
+var ErrInUse = errors.New("the node reports the volume in use; not detaching")
 
 // BackoffError means the last operation on the volume and node failed too
 // recently; the next may start after Remaining.

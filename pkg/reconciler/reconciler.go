@@ -27,7 +27,7 @@ import (
 // Executor starts attach and detach operations.
 type Executor interface {
 	Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error
-	Detach(ctx context.Context, att cache.Attachment, multiAttach bool) error
+	Detach(ctx context.Context, att cache.Attachment, multiAttach, force bool) error
 	IsRunning(volume csivolume.UniqueName, node string) bool
 	AnyRunning(volume csivolume.UniqueName) bool
 	// AttachObserved tells the executor that the volume is attached to the node,
@@ -154,7 +154,7 @@ func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, at
 			}
 			reason = "unmount-timeout"
 		}
-		err := r.cfg.Executor.Detach(ctx, att, desired.Spec.MultiAttach)
+		err := r.cfg.Executor.Detach(ctx, att, desired.Spec.MultiAttach, reason != "")
 		if r.handleStartError(ctx, err, att.Node, next) && reason != "" {
 			logger.Info("Force-detaching a volume the node may still have mounted", "node", att.Node, "reason", reason)
 			r.cfg.Metrics.ForceDetaches.WithLabelValues(reason).Inc()

@@ -72,7 +72,7 @@ func (f *fakeExecutor) Attach(_ context.Context, vol cache.Volume, node string, 
 	return f.start("attach", vol.Name, node, vol.MultiAttach)
 }
 
-func (f *fakeExecutor) Detach(_ context.Context, att cache.Attachment, multiAttach bool) error {
+func (f *fakeExecutor) Detach(_ context.Context, att cache.Attachment, multiAttach, _ bool) error {
 	return f.start("detach", att.Volume, att.Node, multiAttach)
 }
 

@@ -84,7 +84,7 @@ func (u *Updater) work(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		if err := u.Sync(ctx, node); err != nil {
+		if _, err := u.Sync(ctx, node); err != nil {
 			utilruntime.HandleErrorWithContext(ctx, err, "Writing node status failed, will retry", "node", node)
 			u.queue.AddRateLimited(node)
 		} else {
@@ -113,22 +113,24 @@ func (u *Updater) record(node string) *nodeRecord {
 }
 
 // Sync writes the node's status.volumesAttached now if it differs from the actual
-// state, and returns once it is written. A node that does not exist has nothing
-// to write. Entries of other volume plugins are kept as they are.
-func (u *Updater) Sync(ctx context.Context, nodeName string) error {
+// state, and returns once it is written, with the node as it stood right after (the
+// patch's response, or the informer's copy when nothing needed writing). A node
+// that does not exist has nothing to write and is returned as nil. Entries of other
+// volume plugins are kept as they are.
+func (u *Updater) Sync(ctx context.Context, nodeName string) (*v1.Node, error) {
 	r := u.record(nodeName)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
 	node, err := u.nodes.Get(nodeName)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
+		return nil, fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
 	}
 	if node.Annotations[cache.ManagedAnnotation] != "true" {
-		return nil
+		return node, nil
 	}
 	current := node.Status.VolumesAttached
 	if r.written != nil && node.ResourceVersion == r.baseVersion {
@@ -136,26 +138,26 @@ func (u *Updater) Sync(ctx context.Context, nodeName string) error {
 	}
 	want := desiredList(current, u.actual.ReportedVolumes(nodeName))
 	if sameList(current, want) {
-		return nil
+		return node, nil
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": want}})
 	if err != nil {
-		return fmt.Errorf("encoding the status patch of node %s: %w", nodeName, err)
+		return nil, fmt.Errorf("encoding the status patch of node %s: %w", nodeName, err)
 	}
-	_, err = u.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	patched, err := u.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
-		return nil
+		return nil, nil
 	}
 	if err != nil {
 		u.metrics.NodeStatusPatches.WithLabelValues("error").Inc()
-		return fmt.Errorf("patching status.volumesAttached of node %s: %w", nodeName, err)
+		return nil, fmt.Errorf("patching status.volumesAttached of node %s: %w", nodeName, err)
 	}
 	u.metrics.NodeStatusPatches.WithLabelValues("success").Inc()
 	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", nodeName, "volumesAttached", len(want))
 	r.baseVersion = node.ResourceVersion
 	r.written = want
-	return nil
+	return patched, nil
 }
 
 // desiredList is the CSI volumes the actual state reports, sorted, after the
