@@ -217,6 +217,13 @@ func (d *DesiredState) Volumes() []csivolume.UniqueName {
 	return out
 }
 
+// VolumeCount returns how many volumes some pod needs.
+func (d *DesiredState) VolumeCount() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.volumes)
+}
+
 // PodKeys returns the namespace/name of every pod recorded.
 func (d *DesiredState) PodKeys() []string {
 	d.mu.RLock()

@@ -133,6 +133,14 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		PVs:        inf.pvs.Lister(),
 		Drivers:    inf.drivers.Lister(),
 	}, c.desired, c.reconciler.Enqueue)
+	err = m.RegisterState(metrics.StateSource{
+		DesiredVolumes:   c.desired.VolumeCount,
+		Attachments:      c.actual.Counts,
+		ReconcileBacklog: c.reconciler.QueueLength,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -160,7 +168,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	}
 	total, attached := c.actual.Counts()
 	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started),
-		"desiredVolumes", len(c.desired.Volumes()), "volumeAttachments", total, "attached", attached)
+		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	onReady()
 	go c.status.Run(ctx, c.opts.StatusWorkers)

@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,41 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// StateSource reports the sizes of the controller's state, read at scrape time.
+type StateSource struct {
+	DesiredVolumes   func() int
+	Attachments      func() (total, attached int)
+	ReconcileBacklog func() int
+}
+
+// RegisterState adds gauges read from the controller's state at scrape time.
+func (m *Metrics) RegisterState(src StateSource) error {
+	gauges := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "desired_volumes",
+			Help: "Volumes that some pod with a node needs attached.",
+		}, func() float64 { return float64(src.DesiredVolumes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volume_attachments",
+			Help: "VolumeAttachments known to the controller, in any state.",
+		}, func() float64 { total, _ := src.Attachments(); return float64(total) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "attached_volumes",
+			Help: "VolumeAttachments the external-attacher marked attached.",
+		}, func() float64 { _, attached := src.Attachments(); return float64(attached) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "reconcile_queue_length",
+			Help: "Volumes waiting to be reconciled.",
+		}, func() float64 { return float64(src.ReconcileBacklog()) }),
+	}
+	for _, g := range gauges {
+		if err := m.Registry.Register(g); err != nil {
+			return fmt.Errorf("registering state metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // ObserveOperation records one finished operation.

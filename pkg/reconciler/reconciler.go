@@ -74,6 +74,9 @@ func New(cfg Config) *Reconciler {
 // Enqueue asks for the volume to be reconciled.
 func (r *Reconciler) Enqueue(name csivolume.UniqueName) { r.queue.Add(name) }
 
+// QueueLength returns how many volumes wait to be reconciled.
+func (r *Reconciler) QueueLength() int { return r.queue.Len() }
+
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
 	defer r.queue.ShutDown()
