@@ -187,7 +187,7 @@ func (s *scenario) startController(extra ...string) {
 	s.must(err)
 	cmd := exec.Command(controllerPath, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	s.must(cmd.Start())
 	p := &controllerProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
