@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 )
 
 // disabledAdmissionPlugins are default admission plugins that wait for controllers
@@ -87,7 +89,7 @@ func apiServerArgs(files apiServerFiles, etcdURL string, port int, audit bool, e
 // startAPIServer runs kube-apiserver on a free loopback port and waits until it is
 // ready; it returns the process and its https URL.
 func startAPIServer(ctx context.Context, binary string, files apiServerFiles, etcdURL string, audit bool, extra []string,
-	connect func(host string) (kubernetes.Interface, error)) (*process, string, error) {
+	connect func(host string) (kubernetes.Interface, error)) (*proc.Process, string, error) {
 	var lastErr error
 	for range startAttempts {
 		ports, err := freePorts(1)
@@ -95,7 +97,7 @@ func startAPIServer(ctx context.Context, binary string, files apiServerFiles, et
 			return nil, "", err
 		}
 		host := "https://" + hostPort(ports[0])
-		p, err := startProcess("kube-apiserver", files.log, binary, apiServerArgs(files, etcdURL, ports[0], audit, extra)...)
+		p, err := proc.Start("kube-apiserver", files.log, binary, apiServerArgs(files, etcdURL, ports[0], audit, extra)...)
 		if err != nil {
 			return nil, "", err
 		}
@@ -106,8 +108,8 @@ func startAPIServer(ctx context.Context, binary string, files apiServerFiles, et
 		if err == nil {
 			return p, host, nil
 		}
-		_ = p.kill()
-		tail := p.logTail(30)
+		_ = p.Kill()
+		tail := p.LogTail(30)
 		lastErr = fmt.Errorf("%w\n--- last lines of %s ---\n%s", err, files.log, tail)
 		if ctx.Err() != nil || !strings.Contains(tail, "address already in use") {
 			break
@@ -117,12 +119,12 @@ func startAPIServer(ctx context.Context, binary string, files apiServerFiles, et
 }
 
 // waitAPIServerReady waits until /readyz succeeds and the "default" namespace exists.
-func waitAPIServerReady(ctx context.Context, p *process, client kubernetes.Interface) error {
+func waitAPIServerReady(ctx context.Context, p *proc.Process, client kubernetes.Interface) error {
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
 	var lastErr error
 	for {
-		if err := p.exitError(); err != nil {
+		if err := p.Exited(); err != nil {
 			return err
 		}
 		lastErr = apiServerReady(ctx, client)

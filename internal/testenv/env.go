@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 )
 
 // AdminUser is the name of the static-token user in group system:masters.
@@ -79,7 +81,7 @@ type Env struct {
 	// StartupDuration is how long Start took once the binaries were available.
 	StartupDuration time.Duration
 
-	etcd, apiServer *process
+	etcd, apiServer *proc.Process
 
 	mu       sync.Mutex
 	keepLogs bool
@@ -299,9 +301,9 @@ func (e *Env) Stop() {
 	}
 	e.stopped = true
 	var errs []error
-	for _, p := range []*process{e.apiServer, e.etcd} {
+	for _, p := range []*proc.Process{e.apiServer, e.etcd} {
 		if p != nil {
-			errs = append(errs, p.kill())
+			errs = append(errs, p.Kill())
 		}
 	}
 	if e.keepLogs {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 )
 
 // startAttempts bounds retries of a process start that lost a free port to someone else.
@@ -17,7 +19,7 @@ const startAttempts = 3
 
 // startEtcd runs a single-member etcd with its data in dir/etcd-data, and returns it
 // with its client URL once it reports healthy.
-func startEtcd(ctx context.Context, binary, dir, logPath string) (*process, string, error) {
+func startEtcd(ctx context.Context, binary, dir, logPath string) (*proc.Process, string, error) {
 	var lastErr error
 	for range startAttempts {
 		p, url, err := startEtcdOnce(ctx, binary, dir, logPath)
@@ -37,7 +39,7 @@ var errPortTaken = errors.New("port already in use")
 // progressNotifyInterval is how often etcd tells watchers its current revision.
 const progressNotifyInterval = 100 * time.Millisecond
 
-func startEtcdOnce(ctx context.Context, binary, dir, logPath string) (*process, string, error) {
+func startEtcdOnce(ctx context.Context, binary, dir, logPath string) (*proc.Process, string, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, "", err
@@ -48,7 +50,7 @@ func startEtcdOnce(ctx context.Context, binary, dir, logPath string) (*process, 
 	}
 	clientURL := "http://" + hostPort(ports[0])
 	peerURL := "http://" + hostPort(ports[1])
-	p, err := startProcess("etcd", logPath, binary,
+	p, err := proc.Start("etcd", logPath, binary,
 		"--name=testenv",
 		"--data-dir="+dataDir,
 		"--listen-client-urls="+clientURL,
@@ -75,21 +77,21 @@ func startEtcdOnce(ctx context.Context, binary, dir, logPath string) (*process, 
 		return nil, "", err
 	}
 	if err := waitEtcdHealthy(ctx, p, clientURL); err != nil {
-		_ = p.kill()
-		if strings.Contains(p.logTail(50), "address already in use") {
+		_ = p.Kill()
+		if strings.Contains(p.LogTail(50), "address already in use") {
 			return nil, "", fmt.Errorf("%w: %w", errPortTaken, err)
 		}
-		return nil, "", fmt.Errorf("%w\n--- last lines of %s ---\n%s", err, logPath, p.logTail(30))
+		return nil, "", fmt.Errorf("%w\n--- last lines of %s ---\n%s", err, logPath, p.LogTail(30))
 	}
 	return p, clientURL, nil
 }
 
-func waitEtcdHealthy(ctx context.Context, p *process, clientURL string) error {
+func waitEtcdHealthy(ctx context.Context, p *proc.Process, clientURL string) error {
 	client := &http.Client{Timeout: time.Second}
 	ticker := time.NewTicker(50 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		if err := p.exitError(); err != nil {
+		if err := p.Exited(); err != nil {
 			return err
 		}
 		if etcdHealthy(ctx, client, clientURL) {
