@@ -1,21 +1,19 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
@@ -69,9 +67,8 @@ func (o ControllerOptions) args() []string {
 // use.
 type Controller struct {
 	opts ControllerOptions
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	// proc is the process, or the last one; nil before the first start.
+	proc *proc.Process
 }
 
 // StartController builds the controller if opts.Binary is empty, starts it and waits
@@ -100,83 +97,32 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.Running() {
 		return fmt.Errorf("start the controller: already running as pid %d", c.Pid())
 	}
-	logFile, err := os.OpenFile(c.opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := proc.Start("the controller", c.opts.LogFile, c.opts.Binary, c.opts.args()...)
 	if err != nil {
-		return fmt.Errorf("opening the controller log: %w", err)
+		return err
 	}
-	defer logFile.Close()
-	offset, err := logFile.Seek(0, io.SeekEnd)
-	if err != nil {
-		return fmt.Errorf("seeking to the end of the controller log: %w", err)
-	}
-	args := c.opts.args()
-	if _, err := fmt.Fprintf(logFile, "+ %s %s\n", c.opts.Binary, strings.Join(args, " ")); err != nil {
-		return fmt.Errorf("writing the controller log: %w", err)
-	}
-	cmd := exec.Command(c.opts.Binary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, so that Ctrl-C in a terminal reaches only the program
-	// that started it, which stops it in order; killed if that program dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the controller %s: %w", c.opts.Binary, err)
-	}
-	c.cmd, c.done, c.err = cmd, make(chan struct{}), nil
-	go func(done chan struct{}) {
-		c.err = cmd.Wait()
-		close(done)
-	}(c.done)
-	klog.FromContext(ctx).V(1).Info("Started the controller", "pid", cmd.Process.Pid, "log", c.opts.LogFile)
-	if err := c.waitReady(ctx, offset); err != nil {
+	c.proc = p
+	klog.FromContext(ctx).V(1).Info("Started the controller", "pid", p.Pid(), "log", c.opts.LogFile)
+	ctx, cancel := context.WithTimeout(ctx, controllerStartTimeout)
+	defer cancel()
+	if err := p.WaitReady(ctx, controllerReadyLine); err != nil {
 		c.Kill()
 		return fmt.Errorf("starting the controller (log %s): %w", c.opts.LogFile, err)
 	}
 	return nil
 }
 
-// waitReady waits until the controller logs, after offset, that it is ready.
-func (c *Controller) waitReady(ctx context.Context, offset int64) error {
-	ctx, cancel := context.WithTimeout(ctx, controllerStartTimeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		data, err := os.ReadFile(c.opts.LogFile)
-		if err != nil {
-			return fmt.Errorf("reading the log: %w", err)
-		}
-		if int64(len(data)) > offset && bytes.Contains(data[offset:], []byte(controllerReadyLine)) {
-			return nil
-		}
-		select {
-		case <-c.done:
-			return fmt.Errorf("exited before it was ready: %v\n%s", c.err, c.LogTail(20))
-		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w\n%s", ctx.Err(), c.LogTail(20))
-		case <-tick.C:
-		}
-	}
-}
-
 // Running tells whether the process is running.
 func (c *Controller) Running() bool {
-	if c.done == nil {
-		return false
-	}
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
-	}
+	return c.proc != nil && c.proc.Running()
 }
 
 // Pid is the ID of the process, or of the last one.
 func (c *Controller) Pid() int {
-	if c.cmd == nil {
+	if c.proc == nil {
 		return 0
 	}
-	return c.cmd.Process.Pid
+	return c.proc.Pid()
 }
 
 // LogFile is the path of the controller's log.
@@ -184,39 +130,21 @@ func (c *Controller) LogFile() string { return c.opts.LogFile }
 
 // Kill ends the controller with SIGKILL, no clean-up of any kind, and waits for it.
 func (c *Controller) Kill() {
-	if !c.Running() {
-		return
+	if c.proc != nil {
+		_ = c.proc.Kill()
 	}
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-	<-c.done
 }
 
 // Stop asks the controller to stop with SIGTERM (it then gives up its leader lease),
 // kills it if it is still there after a grace period, and waits for it.
 func (c *Controller) Stop() {
-	if !c.Running() {
-		return
-	}
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(controllerStopGracePeriod):
-		c.Kill()
+	if c.proc != nil {
+		_ = c.proc.Stop(controllerStopGracePeriod)
 	}
 }
 
 // LogTail returns the last lines of the controller's log.
-func (c *Controller) LogTail(lines int) string {
-	data, err := os.ReadFile(c.opts.LogFile)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", c.opts.LogFile, err)
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
+func (c *Controller) LogTail(lines int) string { return proc.LogTail(c.opts.LogFile, lines) }
 
 // BuildController builds ./cmd/attachdetach-controller of this repository into a
 // cache directory ($XDG_CACHE_HOME/attachdetach-controller/bin) and returns its path.

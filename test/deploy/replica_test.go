@@ -2,12 +2,10 @@ package deploy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 )
 
 // leaderMetric is the gauge that is 1 on the replica that leads.
@@ -29,9 +29,7 @@ type replica struct {
 	name string
 	// credential is the ID the audit log gives the requests made with its token.
 	credential string
-	cmd        *exec.Cmd
-	logPath    string
-	done       chan struct{}
+	proc       *proc.Process
 }
 
 type replicaOptions struct {
@@ -69,87 +67,57 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	}
 	// The last occurrence of a flag wins.
 	args = append(append(args, o.args...), "--bind-address=127.0.0.1:0")
-	r := &replica{t: t, name: name, credential: credential, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	logFile, err := os.Create(r.logPath)
+	p, err := proc.Start("replica "+name, filepath.Join(dir, name+".log"), controllerBin, args...)
 	if err != nil {
-		t.Fatalf("creating the log of replica %s: %v", name, err)
+		t.Fatal(err)
 	}
-	r.cmd = exec.Command(controllerBin, args...)
-	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := r.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("starting replica %s: %v", name, err)
-	}
-	go func() {
-		_ = r.cmd.Wait()
-		logFile.Close()
-		close(r.done)
-	}()
+	r := &replica{t: t, name: name, credential: credential, proc: p}
 	t.Cleanup(func() {
-		if r.running() {
-			r.signal(syscall.SIGKILL)
-			<-r.done
+		if err := p.Kill(); err != nil {
+			t.Error(err)
 		}
 		if t.Failed() {
-			t.Logf("replica %s log (%s), last lines:\n%s", r.name, r.logPath, r.logTail(40))
+			t.Logf("replica %s log (%s), last lines:\n%s", r.name, p.LogPath(), p.LogTail(40))
 		}
 	})
 	return r
-}
-
-func (r *replica) running() bool {
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (r *replica) signal(sig syscall.Signal) {
-	if err := syscall.Kill(-r.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		r.t.Fatalf("sending %s to replica %s: %v", sig, r.name, err)
-	}
 }
 
 // kill stops the replica with SIGKILL, as a crash or a lost node would: it cannot
 // release its Lease.
 func (r *replica) kill() {
 	r.t.Helper()
-	r.signal(syscall.SIGKILL)
-	<-r.done
+	if err := r.proc.Kill(); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // terminate stops the replica with SIGTERM, as the kubelet does when the pod is
 // deleted, and waits for it to exit within the Deployment's grace period.
 func (r *replica) terminate() {
 	r.t.Helper()
-	r.signal(syscall.SIGTERM)
+	if err := r.proc.Signal(syscall.SIGTERM); err != nil {
+		r.t.Fatal(err)
+	}
 	select {
-	case <-r.done:
+	case <-r.proc.Done():
 	case <-time.After(30 * time.Second):
 		r.t.Fatalf("replica %s still runs 30s after SIGTERM", r.name)
 	}
-	if code := r.cmd.ProcessState.ExitCode(); code != 0 {
-		r.t.Errorf("replica %s exited with code %d after SIGTERM", r.name, code)
+	if err := r.proc.Err(); err != nil {
+		r.t.Errorf("replica %s after SIGTERM: %v", r.name, err)
 	}
 }
 
 func (r *replica) log() string {
 	r.t.Helper()
-	data, err := os.ReadFile(r.logPath)
+	data, err := os.ReadFile(r.proc.LogPath())
 	if err != nil {
 		r.t.Fatalf("reading the log of replica %s: %v", r.name, err)
 	}
 	// klog quotes values and escapes the quotes inside them: unescape them so that
 	// API error messages read as the API server wrote them.
 	return strings.ReplaceAll(string(data), `\"`, `"`)
-}
-
-func (r *replica) logTail(n int) string {
-	lines := strings.Split(strings.TrimRight(r.log(), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // forbidden returns the log lines that report a request the API server refused for
@@ -172,7 +140,7 @@ func (r *replica) waitLog(pattern string, timeout time.Duration) string {
 	var m []string
 	eventually(r.t, timeout, fmt.Sprintf("replica %s to log %q", r.name, pattern), func() bool {
 		m = re.FindStringSubmatch(r.log())
-		return m != nil || !r.running()
+		return m != nil || !r.proc.Running()
 	})
 	if m == nil {
 		r.t.Fatalf("replica %s exited before logging %q", r.name, pattern)

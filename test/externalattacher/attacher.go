@@ -17,15 +17,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
@@ -107,10 +104,7 @@ func (opts Options) Args() []string {
 
 // Attacher is a running csi-attacher process.
 type Attacher struct {
-	logFile string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
+	proc *proc.Process
 }
 
 // Start runs csi-attacher in its own process group and waits until it has connected
@@ -128,107 +122,36 @@ func Start(ctx context.Context, opts Options) (*Attacher, error) {
 			return nil, fmt.Errorf("start csi-attacher: %w", err)
 		}
 	}
-	a, err := spawn(binary, opts.Args(), opts.LogFile)
+	p, err := proc.Start("csi-attacher", opts.LogFile, binary, opts.Args()...)
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(1).Info("Started csi-attacher", "pid", a.cmd.Process.Pid, "csiAddress", opts.CSIAddress, "log", opts.LogFile)
-	if err := a.waitReady(ctx); err != nil {
+	a := &Attacher{proc: p}
+	klog.FromContext(ctx).V(1).Info("Started csi-attacher", "pid", p.Pid(), "csiAddress", opts.CSIAddress, "log", opts.LogFile)
+	if err := p.WaitReady(ctx, readyLine); err != nil {
 		a.Stop()
 		return nil, fmt.Errorf("start csi-attacher (log %s): %w", opts.LogFile, err)
 	}
 	return a, nil
 }
 
-func spawn(binary string, args []string, logPath string) (*Attacher, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open csi-attacher log: %w", err)
-	}
-	defer func() { _ = logFile.Close() }()
-	if _, err := fmt.Fprintf(logFile, "+ %s %s\n", binary, strings.Join(args, " ")); err != nil {
-		return nil, fmt.Errorf("write csi-attacher log %s: %w", logPath, err)
-	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	// Its own process group, so Stop reaches anything it starts; killed with the
-	// test binary should that die first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start csi-attacher %s: %w", binary, err)
-	}
-	a := &Attacher{logFile: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		a.err = cmd.Wait()
-		close(a.done)
-	}()
-	return a, nil
-}
-
-func (a *Attacher) waitReady(ctx context.Context) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		log, err := os.ReadFile(a.logFile)
-		if err != nil {
-			return fmt.Errorf("read log: %w", err)
-		}
-		if strings.Contains(string(log), readyLine) {
-			return nil
-		}
-		select {
-		case <-a.done:
-			return fmt.Errorf("exited before it was ready: %v\n%s", a.err, a.LogTail(20))
-		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w\n%s", ctx.Err(), a.LogTail(20))
-		case <-tick.C:
-		}
-	}
-}
-
 // Pid is the process ID, also the ID of its process group.
-func (a *Attacher) Pid() int { return a.cmd.Process.Pid }
+func (a *Attacher) Pid() int { return a.proc.Pid() }
 
 // LogFile is the path of the process log.
-func (a *Attacher) LogFile() string { return a.logFile }
+func (a *Attacher) LogFile() string { return a.proc.LogPath() }
 
 // Done is closed when the process has exited.
-func (a *Attacher) Done() <-chan struct{} { return a.done }
+func (a *Attacher) Done() <-chan struct{} { return a.proc.Done() }
 
 // Err returns how the process exited, after Done is closed.
-func (a *Attacher) Err() error {
-	<-a.done
-	return a.err
-}
+func (a *Attacher) Err() error { return a.proc.Err() }
 
 // Stop sends SIGTERM to the process group, then SIGKILL if it is still there after a
 // few seconds, and waits for the process. It is safe to call more than once.
 func (a *Attacher) Stop() {
-	select {
-	case <-a.done:
-		return
-	default:
-	}
-	pgid := a.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(stopGracePeriod):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-a.done
-	}
+	_ = a.proc.Stop(stopGracePeriod)
 }
 
 // LogTail returns the last lines of the process log.
-func (a *Attacher) LogTail(lines int) string {
-	data, err := os.ReadFile(a.logFile)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", a.logFile, err)
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
+func (a *Attacher) LogTail(lines int) string { return a.proc.LogTail(lines) }

@@ -75,7 +75,7 @@ func lifeOfAVolume(t *testing.T, proxy *killproxy.Proxy, kubeconfig string, kill
 	proxy.Reset()
 	restarted := make(chan struct{})
 	if killAfter > 0 {
-		killed := proxy.KillAfter(killAfter, func() { s.ctrl.kill() })
+		killed := proxy.KillAfter(killAfter, s.killController)
 		go func() {
 			defer close(restarted)
 			select {

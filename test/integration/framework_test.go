@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
@@ -81,7 +79,7 @@ type scenario struct {
 	nodes    []string
 	kubelet  *sim.Kubelet
 	attacher *sim.Attacher
-	ctrl     *controllerProcess
+	ctrl     *proc.Process
 	ctrlArgs []string
 }
 
@@ -164,68 +162,31 @@ func (s *scenario) cleanup() {
 		s.t.Errorf("cleanup: VolumeAttachments of the test still exist: %v", s.attachments())
 	}
 	if s.t.Failed() && s.ctrl != nil {
-		s.t.Logf("controller log tail:\n%s", s.ctrl.tail(60))
+		s.t.Logf("controller log tail:\n%s", s.ctrl.LogTail(60))
 	}
 	if s.ctrl != nil {
-		s.ctrl.stop()
+		if err := s.ctrl.Stop(10 * time.Second); err != nil {
+			s.t.Error(err)
+		}
 	}
 }
 
-// controllerProcess is the controller binary running as a child process.
-type controllerProcess struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
+// startController starts the controller binary as a child process.
 func (s *scenario) startController(extra ...string) {
 	s.t.Helper()
 	args := append([]string{"--bind-address=", "--leader-elect=false", "-v=4"}, s.ctrlArgs...)
 	args = append(args, extra...)
 	logPath := filepath.Join(s.t.TempDir(), fmt.Sprintf("controller-%d.log", time.Now().UnixNano()))
-	f, err := os.Create(logPath)
+	p, err := proc.Start("the controller", logPath, controllerPath, args...)
 	s.must(err)
-	cmd := exec.Command(controllerPath, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	s.must(cmd.Start())
-	p := &controllerProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
 	s.ctrl = p
 }
 
-// kill stops the controller with SIGKILL: no clean-up of any kind.
-func (p *controllerProcess) kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-}
-
-// stop asks the controller to stop with SIGTERM and waits.
-func (p *controllerProcess) stop() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.kill()
+// killController stops the controller with SIGKILL: no clean-up of any kind.
+func (s *scenario) killController() {
+	if err := s.ctrl.Kill(); err != nil {
+		s.t.Error(err)
 	}
-}
-
-func (p *controllerProcess) tail(lines int) string {
-	data, _ := os.ReadFile(p.log)
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
-
-func (p *controllerProcess) logContains(text string) bool {
-	data, _ := os.ReadFile(p.log)
-	return bytes.Contains(data, []byte(text))
 }
 
 func createObject(_ context.Context, create func() error) error {

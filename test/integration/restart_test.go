@@ -28,7 +28,7 @@ func TestRestartRecovery(t *testing.T) {
 		uids[va.Name] = va.UID
 	}
 
-	s.ctrl.kill()
+	s.killController()
 	s.deletePod("mover")
 	s.deletePod("dropper")
 	s.eventually("the deleted pods gone", func() bool {
