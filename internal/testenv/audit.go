@@ -33,6 +33,10 @@ rules:
 	return nil
 }
 
+// credentialIDKey is the user "extra" key under which the API server records which
+// credential authenticated a request.
+const credentialIDKey = "authentication.kubernetes.io/credential-id"
+
 // AuditEvent is one request from the audit log.
 type AuditEvent struct {
 	AuditID     string
@@ -46,6 +50,11 @@ type AuditEvent struct {
 	Name        string
 	Code        int
 	Received    time.Time
+
+	// CredentialID tells which credential of the user authenticated the request, if
+	// the API server records it: "JTI=<the token's jti claim>" for a ServiceAccount
+	// token.
+	CredentialID string
 }
 
 // auditLine is the part of an audit.k8s.io/v1 Event this package reads.
@@ -53,7 +62,8 @@ type auditLine struct {
 	AuditID string `json:"auditID"`
 	Verb    string `json:"verb"`
 	User    struct {
-		Username string `json:"username"`
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
 	} `json:"user"`
 	UserAgent string `json:"userAgent"`
 	ObjectRef *struct {
@@ -99,6 +109,9 @@ func ReadAuditLog(path string) ([]AuditEvent, error) {
 			UserAgent: line.UserAgent,
 			Verb:      line.Verb,
 			Received:  line.RequestReceivedTimestamp,
+		}
+		if ids := line.User.Extra[credentialIDKey]; len(ids) > 0 {
+			ev.CredentialID = ids[0]
 		}
 		if r := line.ObjectRef; r != nil {
 			ev.APIGroup, ev.Resource, ev.Subresource, ev.Namespace, ev.Name = r.APIGroup, r.Resource, r.Subresource, r.Namespace, r.Name

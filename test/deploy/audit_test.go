@@ -1,22 +1,14 @@
 package deploy
 
 import (
-	"bufio"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
 )
-
-// credentialIDKey is the user "extra" key under which the API server records which
-// token authenticated a request: "JTI=<the token's jti claim>" for ServiceAccount
-// tokens. Every replica process gets a token of its own, so this tells replicas of
-// one ServiceAccount apart.
-const credentialIDKey = "authentication.kubernetes.io/credential-id"
 
 // credentialID returns the credential ID the API server records for requests made
 // with a ServiceAccount token (a JWT), read from its jti claim.
@@ -43,7 +35,8 @@ func credentialID(token string) (string, error) {
 
 // request is one API request, from the audit log.
 type request struct {
-	auditID    string
+	// credential is the credential ID of the token the request was made with: every
+	// replica has a token of its own, so it tells replicas of one ServiceAccount apart.
 	credential string
 	verb       string
 	permission permission
@@ -66,75 +59,24 @@ func (r request) String() string {
 	return fmt.Sprintf("%s %s %s/%s -> %d at %s", r.credential, r.permission, r.namespace, r.name, r.code, r.received.Format(time.StampMicro))
 }
 
-// auditLine is the part of an audit.k8s.io/v1 Event this package reads.
-type auditLine struct {
-	AuditID string `json:"auditID"`
-	Verb    string `json:"verb"`
-	User    struct {
-		Extra map[string][]string `json:"extra"`
-	} `json:"user"`
-	ObjectRef *struct {
-		APIGroup    string `json:"apiGroup"`
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
-}
-
 // auditedRequests reads the requests of the audited users (the controller's
-// ServiceAccount) from the audit log, in the order they were received. A request
-// logged at several stages (a watch, when its response starts and when it ends) is
-// returned once, with the last stage's response code.
+// ServiceAccount) from the audit log, in the order they were received.
 func auditedRequests() ([]request, error) {
-	f, err := os.Open(env.AuditLog)
+	events, err := env.AuditEvents()
 	if err != nil {
-		return nil, fmt.Errorf("opening audit log: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	var requests []request
-	index := map[string]int{}
-	scanner := bufio.NewScanner(f)
-	scanner.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
-	// Only the last line may be incomplete: the API server may be writing it.
-	var badLine error
-	for lineNo := 1; scanner.Scan(); lineNo++ {
-		if badLine != nil {
-			return nil, badLine
-		}
-		var line auditLine
-		if err := json.Unmarshal(scanner.Bytes(), &line); err != nil {
-			badLine = fmt.Errorf("audit log line %d: %w", lineNo, err)
-			continue
-		}
-		r := request{auditID: line.AuditID, verb: line.Verb, received: line.RequestReceivedTimestamp}
-		if ids := line.User.Extra[credentialIDKey]; len(ids) > 0 {
-			r.credential = ids[0]
-		}
-		if o := line.ObjectRef; o != nil {
-			resource := o.Resource
-			if o.Subresource != "" {
-				resource += "/" + o.Subresource
+	requests := make([]request, len(events))
+	for i, ev := range events {
+		r := request{credential: ev.CredentialID, verb: ev.Verb, namespace: ev.Namespace, name: ev.Name, code: ev.Code, received: ev.Received}
+		if ev.Resource != "" {
+			resource := ev.Resource
+			if ev.Subresource != "" {
+				resource += "/" + ev.Subresource
 			}
-			r.permission = permission{group: o.APIGroup, resource: resource, verb: line.Verb}
-			r.namespace, r.name = o.Namespace, o.Name
+			r.permission = permission{group: ev.APIGroup, resource: resource, verb: ev.Verb}
 		}
-		if line.ResponseStatus != nil {
-			r.code = line.ResponseStatus.Code
-		}
-		if i, seen := index[r.auditID]; seen {
-			requests[i].code = r.code
-			continue
-		}
-		index[r.auditID] = len(requests)
-		requests = append(requests, r)
-	}
-	if err := scanner.Err(); err != nil {
-		return nil, fmt.Errorf("reading audit log: %w", err)
+		requests[i] = r
 	}
 	slices.SortStableFunc(requests, func(a, b request) int { return a.received.Compare(b.received) })
 	return requests, nil
