@@ -86,8 +86,18 @@ type Controller struct {
 	status     *statusupdater.Updater
 }
 
+// Clients are the API clients the controller writes with.
+type Clients struct {
+	// API creates and deletes VolumeAttachments and lists for the start-up check.
+	API kubernetes.Interface
+	// NodeStatus writes node.status.volumesAttached; give it priority over API
+	// (see package ratelimit) so that kubelet never waits behind a backlog.
+	NodeStatus kubernetes.Interface
+}
+
 // New builds a controller on the factory's informers. Start nothing before Run.
-func New(client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
+func New(clients Clients, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
+	client := clients.API
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,7 +115,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		nodes:     cache.NewNodes(),
 	}
 	events := podevents.NewEmitter(recorder)
-	c.status = statusupdater.New(client, inf.nodes.Lister(), c.actual, m)
+	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m)
 	c.executor = operationexecutor.New(operationexecutor.Config{
 		Client:     client,
 		VALister:   inf.attachments.Lister(),

@@ -66,8 +66,14 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 	}
 }
 
-// Enqueue asks for the node's list to be written soon.
-func (u *Updater) Enqueue(node string) { u.queue.Add(node) }
+// batchWindow is how long a node's write waits for more changes to the same node,
+// so that volumes attached together are reported in one patch. It is small next
+// to the time kubelet takes to notice.
+const batchWindow = 20 * time.Millisecond
+
+// Enqueue asks for the node's list to be written soon, together with the other
+// changes to the node in the next batchWindow.
+func (u *Updater) Enqueue(node string) { u.queue.AddAfter(node, batchWindow) }
 
 // Run writes queued nodes with the given number of workers until ctx ends.
 func (u *Updater) Run(ctx context.Context, workers int) {

@@ -22,11 +22,13 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/ratelimit"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/version"
 )
 
@@ -44,17 +46,26 @@ func Run(ctx context.Context, o *Options) error {
 	base.ContentType = "application/vnd.kubernetes.protobuf"
 	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 
-	apiConfig := rest.CopyConfig(base)
-	apiConfig.QPS, apiConfig.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
-	client, err := kubernetes.NewForConfig(apiConfig)
+	// One rate limit (--kube-api-qps/--kube-api-burst) for the controller's
+	// requests, with node status writes served first; events and leader election
+	// have limits of their own, so that neither a burst of events nor a backlog of
+	// attaches can delay a detach or a lease renewal.
+	limiter := ratelimit.NewPriority(ctx, float32(o.KubeAPIQPS), o.KubeAPIBurst)
+	client, err := newClient(base, "api", limiter.Low())
 	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
+		return err
 	}
-	eventConfig := rest.CopyConfig(base)
-	eventConfig.QPS, eventConfig.Burst = float32(o.EventQPS), o.EventBurst
-	eventClient, err := kubernetes.NewForConfig(eventConfig)
+	statusClient, err := newClient(base, "node-status", limiter.High())
 	if err != nil {
-		return fmt.Errorf("creating the event client: %w", err)
+		return err
+	}
+	eventClient, err := newClient(base, "events", flowcontrol.NewTokenBucketRateLimiter(float32(o.EventQPS), o.EventBurst))
+	if err != nil {
+		return err
+	}
+	electionClient, err := newClient(base, "leader-election", flowcontrol.NewTokenBucketRateLimiter(float32(o.KubeAPIQPS), o.KubeAPIBurst))
+	if err != nil {
+		return err
 	}
 
 	m := metrics.New()
@@ -82,7 +93,7 @@ func Run(ctx context.Context, o *Options) error {
 		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
 
 		factory := controller.NewInformerFactory(client)
-		c, err := controller.New(client, factory, recorder, m, o.Controller)
+		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient}, factory, recorder, m, o.Controller)
 		if err != nil {
 			return err
 		}
@@ -93,7 +104,7 @@ func Run(ctx context.Context, o *Options) error {
 	if !o.LeaderElect {
 		return runController(ctx)
 	}
-	return runWithLeaderElection(ctx, o, client, electionCheck, runController)
+	return runWithLeaderElection(ctx, o, electionClient, electionCheck, runController)
 }
 
 func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.Interface, check *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
@@ -162,6 +173,17 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		return errors.Join(errors.New("stopped leading before shutdown: the lease was lost or the controller stopped"), runErr)
 	}
 	return runErr
+}
+
+func newClient(base *rest.Config, purpose string, limiter flowcontrol.RateLimiter) (*kubernetes.Clientset, error) {
+	cfg := rest.CopyConfig(base)
+	cfg.RateLimiter = limiter
+	cfg.UserAgent = base.UserAgent + " (" + purpose + ")"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the %s client: %w", purpose, err)
+	}
+	return client, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

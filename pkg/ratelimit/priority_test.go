@@ -1,0 +1,67 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestHighGoesFirst queues low-priority requests, then a high-priority one: the
+// high one is served next, and the total rate is the configured one.
+func TestHighGoesFirst(t *testing.T) {
+	ctx := t.Context()
+	p := NewPriority(ctx, 20, 1)
+	if !p.Low().TryAccept() {
+		t.Fatal("the burst token was not available")
+	}
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	record := func(name string, wait func(context.Context) error) {
+		defer wg.Done()
+		if err := wait(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+	}
+	for _, name := range []string{"low-1", "low-2", "low-3"} {
+		wg.Add(1)
+		go record(name, p.Low().Wait)
+	}
+	time.Sleep(20 * time.Millisecond)
+	wg.Add(1)
+	go record("high", p.High().Wait)
+	start := time.Now()
+	wg.Wait()
+	if elapsed := time.Since(start); elapsed < 120*time.Millisecond {
+		t.Errorf("4 requests at 20 QPS took %s, want about 200ms", elapsed)
+	}
+	// The first low one may already hold the token that was being taken when the
+	// high one arrived; the high one must come before the others.
+	if len(order) != 4 || (order[0] != "high" && order[1] != "high") {
+		t.Errorf("order = %q, want high served first or second", order)
+	}
+}
+
+// TestCancelledWaiterLeavesTheQueue: a waiter whose context ends gets an error
+// and takes no token from the others.
+func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
+	p := NewPriority(t.Context(), 10, 1)
+	p.Low().Accept()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if err := p.Low().Wait(ctx); err == nil {
+		t.Fatal("Wait with an ended context returned no error")
+	}
+	start := time.Now()
+	if err := p.High().Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > 150*time.Millisecond {
+		t.Errorf("next waiter served after %s, want within one token (100ms)", elapsed)
+	}
+}
