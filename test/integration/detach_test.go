@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -63,10 +65,8 @@ func TestOutOfServiceTaint(t *testing.T) {
 	vol := stuckVolume(t, s)
 	s.createPod("replacement", b, vol.claim)
 	s.never(time.Second, "a detach before the taint", func() bool { return !s.vaExists(vol, a) })
-	n, err := s.client.CoreV1().Nodes().Get(s.ctx, a, metav1.GetOptions{})
-	s.must(err)
-	n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute})
-	_, err = s.client.CoreV1().Nodes().Update(s.ctx, n, metav1.UpdateOptions{})
+	taint := []byte(`{"spec":{"taints":[{"key":"node.kubernetes.io/out-of-service","value":"nodeshutdown","effect":"NoExecute"}]}}`)
+	_, err := s.client.CoreV1().Nodes().Patch(s.ctx, a, types.MergePatchType, taint, metav1.PatchOptions{})
 	s.must(err)
 	s.waitDetached(vol, a)
 	s.waitAttached(vol, b)
@@ -94,12 +94,17 @@ func TestTerminatedPodReleasesVolume(t *testing.T) {
 	vol := s.createVolume("data", volumeOptions{})
 	s.createPod("job", node, vol.claim)
 	s.waitAttached(vol, node)
-	pod, err := s.client.CoreV1().Pods(s.ns).Get(s.ctx, "job", metav1.GetOptions{})
-	s.must(err)
-	pod.Status.Phase = v1.PodSucceeded
-	pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}}}
-	_, err = s.client.CoreV1().Pods(s.ns).UpdateStatus(s.ctx, pod, metav1.UpdateOptions{})
-	s.must(err)
+	// The kubelet simulator writes the pod's status too: retry on conflicts.
+	s.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := s.client.CoreV1().Pods(s.ns).Get(s.ctx, "job", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod.Status.Phase = v1.PodSucceeded
+		pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}}}
+		_, err = s.client.CoreV1().Pods(s.ns).UpdateStatus(s.ctx, pod, metav1.UpdateOptions{})
+		return err
+	}))
 	s.waitDetached(vol, node)
 }
 
