@@ -92,16 +92,15 @@ func controllerArgs(kind controllerKind, kubeconfig string, r rate) []string {
 			"--kube-api-burst=" + burst,
 		}
 	}
+	// Events keep their default limit of their own (--event-qps, --event-burst):
+	// upstream has no such setting, its attach/detach controller writes events
+	// within its API client's limit.
 	return []string{
 		"--kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=",
 		"--kube-api-qps=" + qps,
 		"--kube-api-burst=" + burst,
-		// kube-controller-manager writes events through a client of their own with
-		// the same limits as the API client.
-		"--event-qps=" + qps,
-		"--event-burst=" + burst,
 	}
 }
 
