@@ -93,6 +93,9 @@ type Clients struct {
 	// NodeStatus writes node.status.volumesAttached; give it priority over API
 	// (see package ratelimit) so that kubelet never waits behind a backlog.
 	NodeStatus kubernetes.Interface
+	// Backlog, if not nil, tells how long API requests now wait for the rate
+	// limit; node status writes are batched over that long.
+	Backlog func() time.Duration
 }
 
 // New builds a controller on the factory's informers. Start nothing before Run.
@@ -115,7 +118,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		nodes:     cache.NewNodes(),
 	}
 	events := podevents.NewEmitter(recorder)
-	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m)
+	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
 	c.executor = operationexecutor.New(operationexecutor.Config{
 		Client:     client,
 		VALister:   inf.attachments.Lister(),

@@ -8,6 +8,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/flowcontrol"
@@ -41,6 +42,14 @@ func NewPriority(ctx context.Context, qps float32, burst int) *Priority {
 	}
 	go p.dispatch(ctx)
 	return p
+}
+
+// Backlog tells how long the low-priority requests now waiting will take to be
+// served at the configured rate.
+func (p *Priority) Backlog() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Duration(float64(len(p.waiting[low])) / float64(p.qps) * float64(time.Second))
 }
 
 // High is the view of the limiter for high-priority requests.

@@ -65,3 +65,24 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 		t.Errorf("next waiter served after %s, want within one token (100ms)", elapsed)
 	}
 }
+
+// TestBacklog: the time the waiting low-priority requests take at the set rate.
+func TestBacklog(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p := NewPriority(ctx, 10, 1)
+	p.Low().Accept()
+	if got := p.Backlog(); got != 0 {
+		t.Fatalf("Backlog with nobody waiting = %s, want 0", got)
+	}
+	for range 3 {
+		go func() { _ = p.Low().Wait(ctx) }()
+	}
+	deadline := time.Now().Add(time.Second)
+	for p.Backlog() < 200*time.Millisecond && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := p.Backlog(); got < 200*time.Millisecond || got > 300*time.Millisecond {
+		t.Errorf("Backlog with 3 waiting at 10 QPS = %s, want 200-300ms", got)
+	}
+}

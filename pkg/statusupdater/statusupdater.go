@@ -38,6 +38,8 @@ type Updater struct {
 	actual  *cache.ActualState
 	metrics *metrics.Metrics
 	queue   workqueue.TypedRateLimitingInterface[string]
+	// backlog tells how long other requests now wait for the client's rate limit.
+	backlog func() time.Duration
 
 	mu      sync.Mutex
 	perNode map[string]*nodeRecord
@@ -52,10 +54,12 @@ type nodeRecord struct {
 	written     []v1.AttachedVolume
 }
 
-// New returns an Updater.
-func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, m *metrics.Metrics) *Updater {
+// New returns an Updater. backlog, if not nil, tells how long requests of the
+// other clients now wait for the shared rate limit; writes are batched over that.
+func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, m *metrics.Metrics, backlog func() time.Duration) *Updater {
 	return &Updater{
 		client:  client,
+		backlog: backlog,
 		nodes:   nodes,
 		actual:  actual,
 		metrics: m,
@@ -66,14 +70,26 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 	}
 }
 
-// batchWindow is how long a node's write waits for more changes to the same node,
-// so that volumes attached together are reported in one patch. It is small next
-// to the time kubelet takes to notice.
-const batchWindow = 20 * time.Millisecond
+// A node's write waits for more changes to the same node, so that volumes attached
+// together are reported in one patch: at least minBatchWindow, small next to the
+// time kubelet takes to notice; and while other requests queue for the client's
+// rate limit, as long as that queue takes to drain (at most maxBatchWindow). Node
+// status writes jump that queue, so when the rate limit is the bottleneck they are
+// few and large and leave the budget to the VolumeAttachment creates.
+const (
+	minBatchWindow = 20 * time.Millisecond
+	maxBatchWindow = 30 * time.Second
+)
 
 // Enqueue asks for the node's list to be written soon, together with the other
-// changes to the node in the next batchWindow.
-func (u *Updater) Enqueue(node string) { u.queue.AddAfter(node, batchWindow) }
+// changes to the node in the batch window.
+func (u *Updater) Enqueue(node string) {
+	window := minBatchWindow
+	if u.backlog != nil {
+		window = min(max(u.backlog(), minBatchWindow), maxBatchWindow)
+	}
+	u.queue.AddAfter(node, window)
+}
 
 // Run writes queued nodes with the given number of workers until ctx ends.
 func (u *Updater) Run(ctx context.Context, workers int) {

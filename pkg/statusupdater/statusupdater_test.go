@@ -67,7 +67,7 @@ func newHarness(t *testing.T, informerNode *v1.Node, serverNodes ...runtime.Obje
 		}
 	}
 	h.client.ClearActions()
-	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New())
+	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New(), nil)
 	return h
 }
 

@@ -93,7 +93,7 @@ func Run(ctx context.Context, o *Options) error {
 		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
 
 		factory := controller.NewInformerFactory(client)
-		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient}, factory, recorder, m, o.Controller)
+		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
 		if err != nil {
 			return err
 		}
