@@ -43,6 +43,8 @@ type Updater struct {
 
 	mu      sync.Mutex
 	perNode map[string]*nodeRecord
+	// scheduled holds the nodes whose write is waiting for its batch window.
+	scheduled map[string]bool
 }
 
 // nodeRecord serialises the writes for one node and remembers the last list
@@ -66,7 +68,8 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node_status"}),
-		perNode: make(map[string]*nodeRecord),
+		perNode:   make(map[string]*nodeRecord),
+		scheduled: make(map[string]bool),
 	}
 }
 
@@ -78,12 +81,19 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 // few and large and leave the budget to the VolumeAttachment creates.
 const (
 	minBatchWindow = 20 * time.Millisecond
-	maxBatchWindow = 30 * time.Second
+	maxBatchWindow = time.Minute
 )
 
 // Enqueue asks for the node's list to be written soon, together with the other
-// changes to the node in the batch window.
+// changes to the node in the batch window. The window is set by the first change
+// after the node's last write; later changes join it rather than move it.
 func (u *Updater) Enqueue(node string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.scheduled[node] {
+		return
+	}
+	u.scheduled[node] = true
 	window := minBatchWindow
 	if u.backlog != nil {
 		window = min(max(u.backlog(), minBatchWindow), maxBatchWindow)
@@ -106,6 +116,9 @@ func (u *Updater) work(ctx context.Context) {
 		if shutdown {
 			return
 		}
+		u.mu.Lock()
+		delete(u.scheduled, node)
+		u.mu.Unlock()
 		if _, err := u.Sync(ctx, node); err != nil {
 			utilruntime.HandleErrorWithContext(ctx, err, "Writing node status failed, will retry", "node", node)
 			u.queue.AddRateLimited(node)
