@@ -43,8 +43,10 @@ func TestSmallRun(t *testing.T) {
 			t.Errorf("%s controller: the audit log shows %d VolumeAttachments created while attaching and %d deleted during churn, want at least %d each",
 				r.cfg.Controller, created, deleted, r.cfg.Volumes)
 		}
-		if len(r.podToVA) != r.cfg.Volumes || len(r.attachedToStatus) != r.cfg.Volumes {
-			t.Errorf("%s controller: %d and %d latencies, want %d each", r.cfg.Controller, len(r.podToVA), len(r.attachedToStatus), r.cfg.Volumes)
+		for _, latencies := range [][]time.Duration{r.podToVA, r.attachedToStatus, r.podToStatus} {
+			if len(latencies) != r.cfg.Volumes {
+				t.Errorf("%s controller: %d latencies, want one per volume (%d)", r.cfg.Controller, len(latencies), r.cfg.Volumes)
+			}
 		}
 		if r.peakRSS == 0 {
 			t.Errorf("%s controller: no peak RSS measured", r.cfg.Controller)

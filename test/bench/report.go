@@ -45,6 +45,13 @@ func (r *result) requestFloor() time.Duration {
 	return time.Duration(float64(over) / r.cfg.Rate.QPS * float64(time.Second))
 }
 
+// idealFloor is the request floor with one node status write per node that has
+// volumes: the least any controller can do.
+func (r *result) idealFloor() time.Duration {
+	over := max(r.cfg.Volumes+min(r.cfg.Nodes, r.cfg.Volumes)-r.cfg.Rate.Burst, 0)
+	return time.Duration(float64(over) / r.cfg.Rate.QPS * float64(time.Second))
+}
+
 func (r *result) requestsPerVolume(phases ...phase) float64 {
 	n := 0
 	for _, p := range phases {
@@ -65,8 +72,12 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 var figures = []figure{
 	{"attach: all VolumeAttachments exist (s)", "%.2f", func(r *result) float64 { return r.allVAs.Seconds() }},
 	{"attach: all volumes in node status (s)", "%.2f", func(r *result) float64 { return r.allInStatus.Seconds() }},
+	{"attach: ideal floor, (VAs + one write per node − burst)/QPS (s)", "%.2f", func(r *result) float64 { return r.idealFloor().Seconds() }},
 	{"attach: request floor, (VAs + node status writes − burst)/QPS (s)", "%.2f", func(r *result) float64 { return r.requestFloor().Seconds() }},
 	{"attach: VolumeAttachment creates + node status writes", "%.0f", func(r *result) float64 { return float64(r.attachWrites()) }},
+	{"attach: pod → node status p50 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToStatus, .5)) }},
+	{"attach: pod → node status p90 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToStatus, .9)) }},
+	{"attach: pod → node status p99 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToStatus, .99)) }},
 	{"attach: pod → VolumeAttachment p50 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToVA, .5)) }},
 	{"attach: pod → VolumeAttachment p90 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToVA, .9)) }},
 	{"attach: pod → VolumeAttachment p99 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.podToVA, .99)) }},

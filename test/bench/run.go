@@ -75,8 +75,8 @@ type result struct {
 	cfg runConfig
 	// Attach: from the first pod creation to the last VolumeAttachment first seen
 	// and to the last volume first seen in node status; per-volume latencies, sorted.
-	allVAs, allInStatus       time.Duration
-	podToVA, attachedToStatus []time.Duration
+	allVAs, allInStatus                    time.Duration
+	podToVA, attachedToStatus, podToStatus []time.Duration
 	// Steady: CPU used during the idle period and peak RSS at its end.
 	idleCPU time.Duration
 	peakRSS int64
@@ -338,9 +338,11 @@ func (w *world) attachFigures(res *result, start time.Time) {
 		res.allInStatus = max(res.allInStatus, t.inStatus.Sub(start))
 		res.podToVA = append(res.podToVA, t.va.Sub(t.pod))
 		res.attachedToStatus = append(res.attachedToStatus, t.inStatus.Sub(t.attached))
+		res.podToStatus = append(res.podToStatus, t.inStatus.Sub(t.pod))
 	}
 	slices.Sort(res.podToVA)
 	slices.Sort(res.attachedToStatus)
+	slices.Sort(res.podToStatus)
 }
 
 // createPod creates a pod on node that uses the claim named volume.
