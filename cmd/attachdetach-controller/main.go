@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -15,7 +16,15 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/version"
 )
 
+// defaultGCPercent trades a little CPU during bursts of attaches for a smaller peak
+// memory: the controller's live heap is small, and most of its peak is garbage
+// from decoding watch events. GOGC in the environment overrides it.
+const defaultGCPercent = 50
+
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	opts, err := app.ParseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "attachdetach-controller:", err)
