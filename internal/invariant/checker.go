@@ -104,7 +104,11 @@ func Start(ctx context.Context, cfg *rest.Config) (*Checker, error) {
 		nodes:       map[string]*history[nodeVersion]{},
 		pvs:         map[string]*history[pvVersion]{},
 	}
-	c.streams = []*stream{nodeStream(client), pvStream(client), attachmentStream(client)}
+	c.streams = []*stream{
+		newStream[*corev1.NodeList](nodeKind, client.CoreV1().Nodes()),
+		newStream[*corev1.PersistentVolumeList](pvKind, client.CoreV1().PersistentVolumes()),
+		newStream[*storagev1.VolumeAttachmentList](attachmentKind, client.StorageV1().VolumeAttachments()),
+	}
 	// VolumeAttachments are listed last, so the state of nodes and volumes is known
 	// from before the first VolumeAttachment change on.
 	for _, s := range c.streams {
@@ -123,65 +127,32 @@ func Start(ctx context.Context, cfg *rest.Config) (*Checker, error) {
 	return c, nil
 }
 
-func nodeStream(client kubernetes.Interface) *stream {
-	nodes := client.CoreV1().Nodes()
-	return &stream{
-		kind: nodeKind,
-		list: func(ctx context.Context) ([]runtime.Object, string, error) {
-			l, err := nodes.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, "", err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return objs, l.ResourceVersion, nil
-		},
-		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			return nodes.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		},
-	}
+// listWatcher is the List and Watch of a typed client, for one resource.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-func pvStream(client kubernetes.Interface) *stream {
-	pvs := client.CoreV1().PersistentVolumes()
+func newStream[L runtime.Object](k kind, api listWatcher[L]) *stream {
 	return &stream{
-		kind: pvKind,
+		kind: k,
 		list: func(ctx context.Context) ([]runtime.Object, string, error) {
-			l, err := pvs.List(ctx, metav1.ListOptions{})
+			l, err := api.List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return nil, "", err
 			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return objs, l.ResourceVersion, nil
-		},
-		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			return pvs.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		},
-	}
-}
-
-func attachmentStream(client kubernetes.Interface) *stream {
-	vas := client.StorageV1().VolumeAttachments()
-	return &stream{
-		kind: attachmentKind,
-		list: func(ctx context.Context) ([]runtime.Object, string, error) {
-			l, err := vas.List(ctx, metav1.ListOptions{})
+			objs, err := meta.ExtractList(l)
 			if err != nil {
-				return nil, "", err
+				return nil, "", fmt.Errorf("reading the %s list: %w", k, err)
 			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
+			listMeta, err := meta.ListAccessor(l)
+			if err != nil {
+				return nil, "", fmt.Errorf("reading the %s list: %w", k, err)
 			}
-			return objs, l.ResourceVersion, nil
+			return objs, listMeta.GetResourceVersion(), nil
 		},
 		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			return vas.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			return api.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 		},
 	}
 }
