@@ -145,8 +145,15 @@ func (p *process) exited() error {
 	}
 }
 
-// stop sends SIGTERM to the process group and kills it if it lingers.
+// stop sends SIGTERM to the process group and kills it if it lingers; once the
+// process has exited it does nothing, so the group id is never signalled after it
+// may have been reused.
 func (p *process) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
 	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
 	select {
 	case <-p.done:
