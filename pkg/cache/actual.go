@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -162,12 +163,7 @@ func (s *ActualState) UnresolvedHolders(pvName, except string) []string {
 func (s *ActualState) UnresolvedForPV(pvName string) []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.unresolvedP[pvName]))
-	for name := range s.unresolvedP[pvName] {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(s.unresolvedP[pvName]))
 }
 
 // Forget removes the attachment recorded for a VolumeAttachment that is gone and

@@ -6,6 +6,7 @@
 package cache
 
 import (
+	"maps"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -42,12 +43,7 @@ type PodRef struct {
 func (p PodRef) Key() string { return p.Namespace + "/" + p.Name }
 
 func sortedVolumeNames(set map[csivolume.UniqueName]struct{}) []csivolume.UniqueName {
-	out := make([]csivolume.UniqueName, 0, len(set))
-	for v := range set {
-		out = append(out, v)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 func addToIndex[K comparable, V comparable](index map[K]map[V]struct{}, key K, value V) {

@@ -8,6 +8,7 @@ package populator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -161,12 +162,7 @@ func (p *Populator) PodsForPV(pv *v1.PersistentVolume) []string {
 func (p *Populator) PodsForDriver(driver string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	keys := make([]string, 0, len(p.podsByDriver[driver]))
-	for key := range p.podsByDriver[driver] {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	return keys
+	return slices.Sorted(maps.Keys(p.podsByDriver[driver]))
 }
 
 func (p *Populator) setDrivers(podKey string, drivers []string) {
