@@ -15,9 +15,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -88,10 +88,10 @@ type Populator struct {
 // New returns a Populator that records into desired and reports changed volumes.
 func New(listers Listers, desired *cache.DesiredState, changed func(csivolume.UniqueName)) *Populator {
 	return &Populator{
-		listers:      listers,
-		desired:      desired,
-		translator:   csitranslation.New(),
-		changed:      changed,
+		listers:    listers,
+		desired:    desired,
+		translator: csitranslation.New(),
+		changed:    changed,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
