@@ -23,8 +23,6 @@ import (
 // the volume, and an attach of the single-attach volume to another node starts.
 // Created() and forgetIfUnseen() both leave a seen object alone; the refused path
 // should too.
-//
-// Product bug (pkg/operationexecutor create): this test fails against 485d7bd.
 func TestRefusedCreateKeepsAnObjectTheInformerShows(t *testing.T) {
 	h := newExecHarness(t, time.Minute)
 	h.informerSeesCreates = true

@@ -16,9 +16,6 @@ import (
 // and the attach sends a create after the controller stopped, when the next
 // leader may already be deciding on its own. Once the context has ended and
 // Wait was called, Attach and Detach must refuse, and send nothing.
-//
-// Product bug (pkg/operationexecutor Attach/Detach/Wait, or the reconciler's
-// worker loop): this test fails against 485d7bd.
 func TestNoOperationStartsOnceShutdownBegan(t *testing.T) {
 	// shutdown ends the controller's context and waits for what runs.
 	shutdown := func(t *testing.T, h *execHarness) context.Context {

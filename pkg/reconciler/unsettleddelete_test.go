@@ -19,9 +19,6 @@ import (
 // status again, and kubelet may mount a volume the external-attacher is about to
 // detach. The volume must stay hidden until the informer or a read settles the
 // delete.
-//
-// Product bug (pkg/reconciler reportAgain, or the cache lacking an "unsettled"
-// mark): this test fails against 485d7bd.
 func TestUnsettledDeleteKeepsTheVolumeHiddenWhenAPodWantsItAgain(t *testing.T) {
 	h := newHarnessWith(t, harnessOpts{timeout: 300 * time.Millisecond})
 	lost := apierrors.NewInternalError(errors.New("etcd leader changed"))
