@@ -1,0 +1,146 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/killproxy"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
+)
+
+// partitionLength is how long the leader is cut off, as the issue asks: twice the
+// default lease duration.
+const partitionLength = 30 * time.Second
+
+// replica is a controller process with leader election on.
+type replica struct {
+	name string
+	proc *proc.Process
+}
+
+// startReplica starts a leader-elected controller on the scenario's Lease, killed when
+// the test ends if it still runs then.
+func (s *scenario) startReplica(name, kubeconfig, lease string) *replica {
+	s.t.Helper()
+	p, err := proc.Start("replica "+name, filepath.Join(s.t.TempDir(), name+".log"), controllerPath,
+		"--kubeconfig="+kubeconfig, "--bind-address=", "-v=4",
+		"--leader-elect=true", "--leader-elect-resource-namespace="+s.ns, "--leader-elect-resource-name="+lease)
+	s.must(err)
+	r := &replica{name: name, proc: p}
+	s.t.Cleanup(func() {
+		if s.t.Failed() {
+			s.t.Logf("replica %s log tail:\n%s", name, p.LogTail(40))
+		}
+		_ = p.Kill()
+	})
+	return r
+}
+
+// waitLog waits for a line of the replica's log that matches the pattern, and returns
+// the pattern's first group.
+func (r *replica) waitLog(s *scenario, pattern string) string {
+	s.t.Helper()
+	re := regexp.MustCompile(pattern)
+	var m [][]byte
+	s.eventually(fmt.Sprintf("replica %s to log %q", r.name, pattern), func() bool {
+		log, err := os.ReadFile(r.proc.LogPath())
+		m = re.FindSubmatch(log)
+		return err == nil && m != nil
+	})
+	if len(m) < 2 {
+		return ""
+	}
+	return string(m[1])
+}
+
+// identity is the replica's holder identity in the Lease.
+func (r *replica) identity(s *scenario) string {
+	return r.waitLog(s, `"Waiting to become the leader" .*identity="([^"]+)"`)
+}
+
+// waitLeader waits until the replica holds the Lease.
+func (s *scenario) waitLeader(lease string, r *replica, timeout time.Duration) {
+	s.t.Helper()
+	id := r.identity(s)
+	s.eventuallyWithin(timeout, fmt.Sprintf("replica %s to hold lease %s", r.name, lease), func() bool {
+		l, err := s.client.CoordinationV1().Leases(s.ns).Get(context.Background(), lease, metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == id
+	})
+}
+
+// TestLeaderPartition runs two replicas with the default lease settings; the leader
+// talks to the API server through a proxy. While pods move, the proxy cuts the
+// leader's connections and refuses new ones for 30 s, then lets them through again,
+// and the pods move once more. The standby must take over and converge during the
+// partition; the old leader, whose view stopped at the cut, must write nothing after
+// it, not even once connections work again; the invariant checker must find nothing.
+func TestLeaderPartition(t *testing.T) {
+	const lease = "partition"
+	startChecker(t, env)
+	proxy, proxyKubeconfig := startProxy(t, env)
+	s := newScenario(t, scenarioOptions{nodes: 3, noController: true})
+	directKubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	s.must(env.WriteAdminKubeconfig(directKubeconfig))
+
+	a := s.startReplica("a", proxyKubeconfig, lease)
+	s.waitLeader(lease, a, waitTimeout)
+	b := s.startReplica("b", directKubeconfig, lease)
+	// The scenario's clean-up waits for b to detach everything, then stops it.
+	s.ctrl = b.proc
+	b.waitLog(s, `"Another replica leads"`)
+	f := newFleet(s, 4, 1)
+	f.waitConverged(waitTimeout)
+
+	// The partition begins as soon as the leader has started on a move.
+	before := proxy.Count()
+	f.move()
+	s.eventually("the leader to write after the move", func() bool { return proxy.Count() > before })
+	cut := proxy.Partition()
+	restore := cut.Add(partitionLength)
+	f.move()
+	s.waitLeader(lease, b, partitionLength)
+	tookOver := time.Since(cut)
+	took := f.waitConverged(time.Until(restore))
+	t.Logf("partition at %s: %s took the lease %s later; round %d converged %s after that",
+		cut.Format(time.StampMilli), b.name, tookOver.Round(time.Millisecond), f.round, took.Round(time.Millisecond))
+	select {
+	case <-a.proc.Done():
+		t.Logf("old leader exited during the partition: %v", a.proc.Err())
+	case <-time.After(time.Until(restore)):
+		t.Log("old leader still runs at the end of the partition")
+	}
+	proxy.Restore()
+	t.Logf("connections restored at %s", time.Now().Format(time.StampMilli))
+
+	// The old leader, if it still runs, sees the world again: one more round.
+	f.move()
+	f.waitConverged(waitTimeout)
+	f.deleteAll()
+	f.waitConverged(waitTimeout)
+
+	var late []string
+	for _, w := range proxy.Writes() {
+		if w.Reached() && !w.Forwarded.Before(cut) {
+			late = append(late, fmt.Sprintf("%s at %s", w, w.Forwarded.Format(time.StampMilli)))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("the old leader wrote after the partition began at %s:\n%s", cut.Format(time.StampMilli), strings.Join(late, "\n"))
+	}
+	if a.proc.Running() {
+		t.Logf("old leader still runs after the partition; its log tail:\n%s", a.proc.LogTail(20))
+	}
+	for _, w := range proxy.Writes() {
+		if w.Outcome == killproxy.Refused {
+			t.Logf("refused at the partition: %s", w)
+		}
+	}
+}
