@@ -126,7 +126,7 @@ func Start(ctx context.Context, opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("listening on loopback: %w", err)
 	}
 	p := &Proxy{
-		URL:    "http://" + listener.Addr().String(),
+		URL:     "http://" + listener.Addr().String(),
 		counts:  opts.Counts,
 		tracker: newConnTracker(),
 		forward: &httputil.ReverseProxy{
