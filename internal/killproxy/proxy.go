@@ -80,7 +80,7 @@ func (w Write) Reached() bool {
 	return !w.Forwarded.IsZero()
 }
 
-// Proxy is a running kill proxy.
+// Proxy is a running kill and fault proxy.
 type Proxy struct {
 	// URL is the proxy's address, http on a loopback port.
 	URL string
@@ -102,8 +102,8 @@ type Proxy struct {
 	kill      func()
 	killOnce  *sync.Once
 	killed    chan struct{}
-	// inFlight counts forwarded writes not completed yet; done is signalled as each
-	// completes.
+	// inFlight counts the writes let through the kill point that have not completed
+	// yet; done is signalled as each completes.
 	inFlight int
 	done     *sync.Cond
 }
