@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,13 +27,13 @@ type replica struct {
 	proc *proc.Process
 }
 
-// startReplica starts a leader-elected controller on the scenario's Lease, killed when
-// the test ends if it still runs then.
-func (s *scenario) startReplica(name, kubeconfig, lease string) *replica {
+// startReplica starts a leader-elected controller on the scenario's Lease, with more
+// flags, killed when the test ends if it still runs then.
+func (s *scenario) startReplica(name, kubeconfig, lease string, args ...string) *replica {
 	s.t.Helper()
-	p, err := proc.Start("replica "+name, filepath.Join(s.t.TempDir(), name+".log"), controllerPath,
-		"--kubeconfig="+kubeconfig, "--bind-address=", "-v=4",
-		"--leader-elect=true", "--leader-elect-resource-namespace="+s.ns, "--leader-elect-resource-name="+lease)
+	args = append([]string{"--kubeconfig=" + kubeconfig, "--bind-address=", "-v=4",
+		"--leader-elect=true", "--leader-elect-resource-namespace=" + s.ns, "--leader-elect-resource-name=" + lease}, args...)
+	p, err := proc.Start("replica "+name, filepath.Join(s.t.TempDir(), name+".log"), controllerPath, args...)
 	s.must(err)
 	r := &replica{name: name, proc: p}
 	s.t.Cleanup(func() {
@@ -142,5 +143,78 @@ func TestLeaderPartition(t *testing.T) {
 		if w.Outcome == killproxy.Refused {
 			t.Logf("refused at the partition: %s", w)
 		}
+	}
+}
+
+// shortLeaseArgs are lease timings shorter than the defaults (15s, 10s, 2s), in about
+// the same proportions.
+var shortLeaseArgs = []string{
+	"--leader-elect-lease-duration=4s",
+	"--leader-elect-renew-deadline=3s",
+	"--leader-elect-retry-period=500ms",
+}
+
+// isLeaseRequest tells whether a request is about a Lease.
+func isLeaseRequest(r *http.Request) bool {
+	return killproxy.ParseRequest(r.URL.Path).Resource == "leases"
+}
+
+// TestLeaderLosesOnlyTheLease runs two replicas with short lease timings; the leader
+// talks to the API server through a proxy that, from some moment on, resets every
+// connection of its Lease requests and lets its other requests through. Pods keep
+// moving. The leader cannot renew, the standby takes the Lease over once it expires,
+// and from then on the old leader must write nothing: it must have stopped acting on
+// its own once it could not renew, before the Lease could expire.
+func TestLeaderLosesOnlyTheLease(t *testing.T) {
+	const lease = "lease-only"
+	startChecker(t, env)
+	proxy, proxyKubeconfig := startProxy(t, env)
+	s := newScenario(t, scenarioOptions{nodes: 3, noController: true})
+	directKubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	s.must(env.WriteAdminKubeconfig(directKubeconfig))
+
+	a := s.startReplica("a", proxyKubeconfig, lease, shortLeaseArgs...)
+	s.waitLeader(lease, a, waitTimeout)
+	b := s.startReplica("b", directKubeconfig, lease, shortLeaseArgs...)
+	s.ctrl = b.proc
+	b.waitLog(s, `"Another replica leads"`)
+	f := newFleet(s, 4, 1)
+	f.waitConverged(waitTimeout)
+
+	proxy.SetFaults(killproxy.When(isLeaseRequest, killproxy.Rule(func(*http.Request) killproxy.Fault { return killproxy.ResetConnection })))
+	cut := time.Now()
+	// Pods move every half second until the standby leads and the old leader has
+	// exited, so that there is work for both.
+	bLeads := make(chan time.Time, 1)
+	go func() {
+		s.waitLeader(lease, b, waitTimeout)
+		bLeads <- time.Now()
+	}()
+	var tookOver time.Time
+	for tookOver.IsZero() || a.proc.Running() {
+		if time.Since(cut) > waitTimeout {
+			t.Fatalf("%s after the Lease requests began to fail: standby leads: %t, old leader runs: %t", waitTimeout, !tookOver.IsZero(), a.proc.Running())
+		}
+		f.move()
+		select {
+		case tookOver = <-bLeads:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	t.Logf("Lease requests of %s failing from %s; %s seen leading %s later; %s exited %s later: %v",
+		a.name, cut.Format(time.StampMilli), b.name, tookOver.Sub(cut).Round(time.Millisecond),
+		a.name, time.Since(cut).Round(time.Millisecond), a.proc.Err())
+	f.waitConverged(waitTimeout)
+	f.deleteAll()
+	f.waitConverged(waitTimeout)
+
+	var late []string
+	for _, w := range proxy.Writes() {
+		if w.Reached() && w.Info.Resource != "leases" && !w.Forwarded.Before(tookOver) {
+			late = append(late, fmt.Sprintf("%s at %s", w, w.Forwarded.Format(time.StampMilli)))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("the old leader wrote after %s was seen leading at %s:\n%s", b.name, tookOver.Format(time.StampMilli), strings.Join(late, "\n"))
 	}
 }
