@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/invariant"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/killproxy"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
@@ -209,4 +211,23 @@ func cutWatchesEvery(proxy *killproxy.Proxy, period time.Duration) (stop func() 
 		close(done)
 		return <-cuts
 	}
+}
+
+// keepLogOnFailure copies a process log into the control plane's directory when the
+// test fails, where testenv keeps the logs of failed runs and says so.
+func keepLogOnFailure(t *testing.T, e *testenv.Env, name string, p *proc.Process) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		data, err := os.ReadFile(p.LogPath())
+		if err == nil {
+			dest := filepath.Join(e.Dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
+			err = os.WriteFile(dest, data, 0o644)
+			t.Logf("%s log kept in %s", name, dest)
+		}
+		if err != nil {
+			t.Logf("keeping the %s log: %v", name, err)
+		}
+	})
 }

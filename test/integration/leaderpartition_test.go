@@ -36,6 +36,7 @@ func (s *scenario) startReplica(name, kubeconfig, lease string, args ...string) 
 	p, err := proc.Start("replica "+name, filepath.Join(s.t.TempDir(), name+".log"), controllerPath, args...)
 	s.must(err)
 	r := &replica{name: name, proc: p}
+	keepLogOnFailure(s.t, env, "replica-"+name, p)
 	s.t.Cleanup(func() {
 		if s.t.Failed() {
 			s.t.Logf("replica %s log tail:\n%s", name, p.LogTail(40))

@@ -85,6 +85,7 @@ func TestWatchExpiry(t *testing.T) {
 	lists := &listCounter{lists: map[string]int{}}
 	proxy.SetFaults(lists.rule)
 	s := newScenario(t, scenarioOptions{nodes: 3, kubeconfig: kubeconfig, env: e})
+	keepLogOnFailure(t, e, "controller", s.ctrl)
 	f := newFleet(s, 3, 1)
 	f.waitConverged(waitTimeout)
 	initial := lists.String()
