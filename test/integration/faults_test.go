@@ -69,6 +69,7 @@ func TestFaultsOnControllerRequests(t *testing.T) {
 	startChecker(t, env)
 	proxy, kubeconfig := startProxy(t, env)
 	s := newScenario(t, scenarioOptions{nodes: 3, kubeconfig: kubeconfig})
+	keepLogOnFailure(t, env, "controller", s.ctrl)
 	f := newFleet(s, 4, 1)
 	f.waitConverged(waitTimeout)
 
