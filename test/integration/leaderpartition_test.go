@@ -68,13 +68,21 @@ func (r *replica) identity(s *scenario) string {
 	return r.waitLog(s, `"Waiting to become the leader" .*identity="([^"]+)"`)
 }
 
+// leaseHolder returns the holder of the scenario's Lease, "" if none.
+func (s *scenario) leaseHolder(lease string) string {
+	l, err := s.client.CoordinationV1().Leases(s.ns).Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
 // waitLeader waits until the replica holds the Lease.
 func (s *scenario) waitLeader(lease string, r *replica, timeout time.Duration) {
 	s.t.Helper()
 	id := r.identity(s)
 	s.eventuallyWithin(timeout, fmt.Sprintf("replica %s to hold lease %s", r.name, lease), func() bool {
-		l, err := s.client.CoordinationV1().Leases(s.ns).Get(context.Background(), lease, metav1.GetOptions{})
-		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == id
+		return s.leaseHolder(lease) == id
 	})
 }
 
@@ -186,20 +194,17 @@ func TestLeaderLosesOnlyTheLease(t *testing.T) {
 	cut := time.Now()
 	// Pods move every half second until the standby leads and the old leader has
 	// exited, so that there is work for both.
-	bLeads := make(chan time.Time, 1)
-	go func() {
-		s.waitLeader(lease, b, waitTimeout)
-		bLeads <- time.Now()
-	}()
+	bID := b.identity(s)
 	var tookOver time.Time
 	for tookOver.IsZero() || a.proc.Running() {
 		if time.Since(cut) > waitTimeout {
 			t.Fatalf("%s after the Lease requests began to fail: standby leads: %t, old leader runs: %t", waitTimeout, !tookOver.IsZero(), a.proc.Running())
 		}
 		f.move()
-		select {
-		case tookOver = <-bLeads:
-		case <-time.After(500 * time.Millisecond):
+		for next := time.Now().Add(500 * time.Millisecond); time.Now().Before(next); time.Sleep(pollEvery) {
+			if tookOver.IsZero() && s.leaseHolder(lease) == bID {
+				tookOver = time.Now()
+			}
 		}
 	}
 	t.Logf("Lease requests of %s failing from %s; %s seen leading %s later; %s exited %s later: %v",
