@@ -123,10 +123,11 @@ func TestLeaderPartition(t *testing.T) {
 		cut.Format(time.StampMilli), b.name, tookOver.Round(time.Millisecond), f.round, took.Round(time.Millisecond))
 	select {
 	case <-a.proc.Done():
-		t.Logf("old leader exited during the partition: %v", a.proc.Err())
+		t.Logf("old leader exited %s into the partition: %v", time.Since(cut).Round(time.Millisecond), a.proc.Err())
 	case <-time.After(time.Until(restore)):
 		t.Log("old leader still runs at the end of the partition")
 	}
+	time.Sleep(time.Until(restore))
 	proxy.Restore()
 	t.Logf("connections restored at %s", time.Now().Format(time.StampMilli))
 
