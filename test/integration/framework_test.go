@@ -92,6 +92,8 @@ type scenarioOptions struct {
 	kubeconfig   string
 	attachDelay  time.Duration
 	unmountDelay time.Duration
+	// env is the control plane, when not the package's.
+	env *testenv.Env
 }
 
 func newScenario(t *testing.T, opts scenarioOptions) *scenario {
@@ -99,12 +101,16 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 	if opts.nodes == 0 {
 		opts.nodes = 2
 	}
+	e := opts.env
+	if e == nil {
+		e = env
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	id := rand.String(5)
 	s := &scenario{
 		t:      t,
 		ctx:    ctx,
-		client: env.Client,
+		client: e.Client,
 		ns:     "t-" + id,
 		driver: "csi-" + id + ".example.com",
 	}
@@ -116,17 +122,17 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 		return err
 	}))
 	var err error
-	s.kubelet, err = sim.StartKubelet(ctx, env.AdminConfig(), sim.KubeletOptions{
+	s.kubelet, err = sim.StartKubelet(ctx, e.AdminConfig(), sim.KubeletOptions{
 		Nodes: s.nodes, CreateNodes: true, ManagePods: true, UnmountDelay: opts.unmountDelay,
 	})
 	s.must(err)
-	s.attacher, err = sim.StartAttacher(ctx, env.AdminConfig(), sim.AttacherOptions{Drivers: []string{s.driver}, AttachDelay: opts.attachDelay})
+	s.attacher, err = sim.StartAttacher(ctx, e.AdminConfig(), sim.AttacherOptions{Drivers: []string{s.driver}, AttachDelay: opts.attachDelay})
 	s.must(err)
 	s.ctrlArgs = opts.controllerArgs
 	kubeconfig := opts.kubeconfig
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(t.TempDir(), "admin.kubeconfig")
-		s.must(env.WriteAdminKubeconfig(kubeconfig))
+		s.must(e.WriteAdminKubeconfig(kubeconfig))
 	}
 	s.ctrlArgs = append([]string{"--kubeconfig=" + kubeconfig}, s.ctrlArgs...)
 	if !opts.noController {
