@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -255,4 +256,30 @@ func Converged(r fakeapi.Reader) []string {
 		}
 	}
 	return diffs
+}
+
+// Describe summarizes the API's state for a report: nodes, pods and
+// VolumeAttachments.
+func Describe(r fakeapi.Reader) string {
+	var b strings.Builder
+	for _, node := range fakeapi.List[*corev1.Node](r) {
+		fmt.Fprintf(&b, "node %s Ready=%v out-of-service=%v volumesInUse=%v volumesAttached=%v\n",
+			node.Name, simworld.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse, node.Status.VolumesAttached)
+	}
+	for _, pod := range fakeapi.List[*corev1.Pod](r) {
+		var vols []string
+		for _, v := range simworld.PodVolumes(r, pod) {
+			vols = append(vols, v.PV)
+		}
+		fmt.Fprintf(&b, "pod %s/%s on %s phase=%s deleting=%v counts=%v volumes=%v\n",
+			pod.Namespace, pod.Name, pod.Spec.NodeName, pod.Status.Phase, pod.DeletionTimestamp != nil, simworld.Counts(pod), vols)
+	}
+	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
+		pv := ""
+		if va.Spec.Source.PersistentVolumeName != nil {
+			pv = *va.Spec.Source.PersistentVolumeName
+		}
+		fmt.Fprintf(&b, "volumeattachment %s: %s on %s attached=%v deleting=%v\n", va.Name, pv, va.Spec.NodeName, va.Status.Attached, va.DeletionTimestamp != nil)
+	}
+	return b.String()
 }

@@ -18,17 +18,21 @@ func (w *World) nodeNames() []string {
 }
 
 // startNode creates a node object, Ready, and starts its kubelet. What the
-// machine had mounted stays mounted: its kubelet finds it and unmounts what no pod
-// needs.
+// machine had mounted stays mounted: its kubelet finds it, registers the node
+// with it in volumesInUse, and unmounts what no pod needs.
 func (w *World) startNode(name string) {
 	n, ok := w.nodes[name]
 	if !ok {
 		n = &node{name: name}
 		w.nodes[name] = n
 	}
+	var inUse []corev1.UniqueVolumeName
+	for _, v := range w.mounts.onNode(name) {
+		inUse = append(inUse, corev1.UniqueVolumeName(v))
+	}
 	w.create(&corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{ManagedAnnotation: "true"}},
-		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{readyCondition(true)}},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{readyCondition(true)}, VolumesInUse: inUse},
 	})
 	n.exists = true
 	w.logf("node %s created, Ready", name)

@@ -40,11 +40,11 @@ type incarnation struct {
 
 func (cs *controllers) name(id int) string { return fmt.Sprintf("controller#%d", id) }
 
-// start starts a new incarnation, unless stopped.
+// start starts a new incarnation, unless one runs or the controllers are stopped.
 func (cs *controllers) start() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.stopped {
+	if cs.stopped || cs.current != nil {
 		return
 	}
 	cs.n++
@@ -106,16 +106,6 @@ func (cs *controllers) killCurrent(why string) {
 	cs.mu.Unlock()
 	if cur != nil {
 		cs.kill(cur.id, why)
-	}
-}
-
-// ensureRunning starts an incarnation if none runs and none is about to.
-func (cs *controllers) ensureRunning() {
-	cs.mu.Lock()
-	idle := cs.current == nil
-	cs.mu.Unlock()
-	if idle {
-		cs.start()
 	}
 }
 

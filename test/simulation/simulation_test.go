@@ -1,11 +1,14 @@
 package simulation
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
@@ -26,6 +30,7 @@ var (
 	seedsFlag = flag.Int("seeds", 2000, "number of seeds to run, from -first (200 with -short unless set)")
 	firstFlag = flag.Int64("first", 1, "first seed")
 	traceFlag = flag.Int("trace", 400, "trace lines printed for a failing seed")
+	stallFlag = flag.Duration("stall", 2*time.Minute, "real time after which a seed that has not finished is reported as stalled, and the test binary stops")
 )
 
 // convergeWithin bounds the simulated time a seed gets, once the world stopped
@@ -36,6 +41,13 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// The controller logs to each seed's trace; client-go's own logs go nowhere.
 	klog.SetLogger(logr.Discard())
+	// The default error handler sleeps between errors according to a global
+	// clock reading, which a clock of another bubble makes a sleep for ever.
+	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{
+		func(ctx context.Context, err error, msg string, keysAndValues ...any) {
+			klog.FromContext(ctx).Error(err, msg, keysAndValues...)
+		},
+	}
 	os.Exit(m.Run())
 }
 
@@ -54,7 +66,16 @@ func TestSimulation(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			synctest.Test(t, func(t *testing.T) { runSeed(t, seed) })
+			var trace atomic.Pointer[simtrace.Trace]
+			watchdog := time.AfterFunc(*stallFlag, func() {
+				// Simulated time stops if a goroutine waits on a mutex held by one
+				// that sleeps: nothing in the bubble can end the seed then.
+				debug.SetTraceback("all")
+				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
+					seed, *stallFlag, trace.Load(), seed))
+			})
+			defer watchdog.Stop()
+			synctest.Test(t, func(t *testing.T) { runSeed(t, seed, &trace) })
 		})
 	}
 }
@@ -68,10 +89,11 @@ func flagSet(name string) bool {
 // runSeed runs one seed: the world changes for a while under faults and
 // controller kills, every write checked; then faults and changes stop and the
 // controller must converge.
-func runSeed(t *testing.T, seed int64) {
+func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	p := newPlan(uint64(seed), rng)
 	trace := simtrace.New(*traceFlag)
+	shared.Store(trace)
 	mounts := simworld.NewMounts()
 	checker := simcheck.New(p.opts.MaxWaitForUnmount, p.maxDelay, mounts, func(v string) { trace.Addf("%s", v) })
 	store := fakeapi.NewStore(func(r fakeapi.Reader, w fakeapi.Write) {
@@ -106,6 +128,8 @@ func runSeed(t *testing.T, seed int64) {
 		diffs = converge(world, store, cs, failed)
 	}
 	cs.stop()
+	var state string
+	store.Read(func(r fakeapi.Reader) { state = simcheck.Describe(r) })
 
 	if v := checker.Violations(); len(v) > 0 || len(diffs) > 0 {
 		var b strings.Builder
@@ -115,8 +139,8 @@ func runSeed(t *testing.T, seed int64) {
 		if len(diffs) > 0 {
 			fmt.Fprintf(&b, "CONVERGENCE: not converged %s after changes stopped:\n  %s\n", convergeWithin, strings.Join(diffs, "\n  "))
 		}
-		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
-			seed, b.String(), *traceFlag, trace.String(), seed)
+		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
+			seed, b.String(), *traceFlag, trace.String(), state, seed)
 	}
 }
 
@@ -127,7 +151,7 @@ func converge(world *simworld.World, store *fakeapi.Store, cs *controllers, fail
 	var diffs []string
 	streak := 0
 	for time.Now().Before(deadline) && !failed() {
-		cs.ensureRunning()
+		cs.start()
 		world.RunUntil(time.Now().Add(5 * time.Second))
 		store.Read(func(r fakeapi.Reader) { diffs = simcheck.Converged(r) })
 		if len(diffs) > 0 {
