@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -75,9 +76,28 @@ func TestSimulation(t *testing.T) {
 					seed, *stallFlag, trace.Load(), seed))
 			})
 			defer watchdog.Stop()
+			defer func() {
+				// synctest.Test panics if goroutines of the bubble are still
+				// blocked once the seed ended: something the controller started
+				// was never stopped.
+				if r := recover(); r != nil {
+					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
+						seed, r, *traceFlag, trace.Load(), leftovers(), seed)
+				}
+			}()
 			synctest.Test(t, func(t *testing.T) { runSeed(t, seed, &trace) })
 		})
 	}
+}
+
+// leftovers returns, when one seed runs alone, the stacks of every goroutine:
+// those a seed left blocked are among them.
+func leftovers() string {
+	if *seedFlag < 0 {
+		return "(run the seed alone to see the stacks of the goroutines left)"
+	}
+	buf := make([]byte, 1<<20)
+	return "goroutines:\n" + string(buf[:runtime.Stack(buf, true)])
 }
 
 func flagSet(name string) bool {
