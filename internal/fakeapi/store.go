@@ -2,7 +2,6 @@ package fakeapi
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -51,10 +50,21 @@ var kinds = map[string]kind{
 // ResourceOf returns the resource an object (or a typed nil pointer) belongs to, or
 // "" if the store does not serve it.
 func ResourceOf(obj runtime.Object) string {
-	for res, k := range kinds {
-		if reflect.TypeOf(k.newObject()) == reflect.TypeOf(obj) {
-			return res
-		}
+	switch obj.(type) {
+	case *corev1.Pod:
+		return Pods
+	case *corev1.Node:
+		return Nodes
+	case *corev1.PersistentVolume:
+		return PVs
+	case *corev1.PersistentVolumeClaim:
+		return PVCs
+	case *storagev1.CSIDriver:
+		return CSIDrivers
+	case *storagev1.CSINode:
+		return CSINodes
+	case *storagev1.VolumeAttachment:
+		return VolumeAttachments
 	}
 	return ""
 }
