@@ -53,18 +53,26 @@ func TestMain(m *testing.M) {
 }
 
 func TestSimulation(t *testing.T) {
-	seeds := []int64{*seedFlag}
-	if *seedFlag < 0 {
-		n := *seedsFlag
-		if testing.Short() && !flagSet("seeds") {
-			n = 200
-		}
-		seeds = seeds[:0]
-		for i := range int64(n) {
-			seeds = append(seeds, *firstFlag+i)
-		}
+	if *seedFlag >= 0 {
+		runSeeds(t, *seedFlag, 1)
+		return
 	}
-	for _, seed := range seeds {
+	n := int64(*seedsFlag)
+	if testing.Short() && !flagSet("seeds") {
+		n = 200
+	}
+	// Batches of parallel seeds, one batch after the other, so that a soak does
+	// not start a hundred thousand subtests at once.
+	const batch = 1000
+	for first := *firstFlag; first < *firstFlag+n; first += batch {
+		count := min(batch, *firstFlag+n-first)
+		t.Run(fmt.Sprintf("seeds=%d-%d", first, first+count-1), func(t *testing.T) { runSeeds(t, first, count) })
+	}
+}
+
+// runSeeds runs count seeds from first in parallel subtests.
+func runSeeds(t *testing.T, first, count int64) {
+	for seed := first; seed < first+count; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			var trace atomic.Pointer[simtrace.Trace]
