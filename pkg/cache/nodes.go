@@ -43,6 +43,10 @@ type Node struct {
 	// InUse holds the volumes kubelet lists in status.volumesInUse; for a deleted
 	// node, the last list it reported.
 	InUse map[csivolume.UniqueName]struct{}
+	// InUseUnknown is set for a deleted node whose last report was not seen: the
+	// informer learned of the deletion by relisting, and kubelet may have reported
+	// more after the copy the controller had.
+	InUseUnknown bool
 }
 
 // Exists tells whether the Node object exists.
@@ -51,7 +55,7 @@ func (n Node) Exists() bool { return n.Presence == NodePresent }
 // Mounted tells whether kubelet may still have the volume mounted on the node.
 // Nothing known of the node means it may.
 func (n Node) Mounted(name csivolume.UniqueName) bool {
-	if n.Presence == NodeUnknown {
+	if n.Presence == NodeUnknown || n.InUseUnknown {
 		return true
 	}
 	_, ok := n.InUse[name]
@@ -112,13 +116,20 @@ func (n *Nodes) Set(node Node) Node {
 }
 
 // MarkDeleted records that the node's object is gone: it no longer counts as
-// Ready, and what it last reported as in use still counts as mounted.
-func (n *Nodes) MarkDeleted(name string) {
+// Ready, and what it last reported as in use still counts as mounted. final is the
+// object as it was deleted, or nil when that is not known: then every volume
+// counts as mounted.
+func (n *Nodes) MarkDeleted(name string, final *v1.Node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	node, ok := n.nodes[name]
-	if !ok {
+	switch {
+	case final != nil:
+		node = NodeFromObject(final)
+	case !ok:
 		return
+	default:
+		node.InUseUnknown = true
 	}
 	node.Presence = NodeDeleted
 	node.Ready = false

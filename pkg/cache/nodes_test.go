@@ -96,8 +96,10 @@ func TestNodeMounted(t *testing.T) {
 	nodes := cache.NewNodes()
 	nodes.Set(cache.NodeFromObject(nodeWithVolumesInUse("live", v1.UniqueVolumeName(volA.Name))))
 	nodes.Set(cache.NodeFromObject(nodeWithVolumesInUse("gone", v1.UniqueVolumeName(volA.Name))))
-	nodes.MarkDeleted("gone")
-	nodes.MarkDeleted("never-seen")
+	nodes.MarkDeleted("gone", nodeWithVolumesInUse("gone", v1.UniqueVolumeName(volA.Name)))
+	nodes.Set(cache.NodeFromObject(nodeWithVolumesInUse("gone-unseen", v1.UniqueVolumeName(volA.Name))))
+	nodes.MarkDeleted("gone-unseen", nil)
+	nodes.MarkDeleted("never-seen", nil)
 	tests := []struct {
 		node string
 		vol  cache.Volume
@@ -107,6 +109,8 @@ func TestNodeMounted(t *testing.T) {
 		{"live", volB, false},
 		{"gone", volA, true},
 		{"gone", volB, false},
+		{"gone-unseen", volA, true},
+		{"gone-unseen", volB, true},
 		{"never-seen", volA, true},
 		{"unknown", volA, true},
 		{"unknown", volB, true},
@@ -137,7 +141,7 @@ func TestNodesRegister(t *testing.T) {
 			name: "deleted keeps what it was, not ready",
 			steps: func(n *cache.Nodes) {
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
-				n.MarkDeleted("node-1")
+				n.MarkDeleted("node-1", nil)
 			},
 			wantPresence: cache.NodeDeleted, wantManaged: true,
 		},
@@ -145,7 +149,7 @@ func TestNodesRegister(t *testing.T) {
 			name: "forgotten after deletion",
 			steps: func(n *cache.Nodes) {
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
-				n.MarkDeleted("node-1")
+				n.MarkDeleted("node-1", nil)
 				n.Forget("node-1")
 			},
 		},
@@ -161,7 +165,7 @@ func TestNodesRegister(t *testing.T) {
 			name: "created again after deletion",
 			steps: func(n *cache.Nodes) {
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
-				n.MarkDeleted("node-1")
+				n.MarkDeleted("node-1", nil)
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
 			},
 			wantPresence: cache.NodePresent, wantReady: true, wantManaged: true,

@@ -200,6 +200,9 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 // operations that were running have ended, or ShutdownGrace after ctx ended.
 func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	logger := klog.FromContext(ctx)
+	defer c.populator.ShutDown()
+	defer c.reconciler.ShutDown()
+	defer c.status.ShutDown()
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {

@@ -207,15 +207,25 @@ func nodeDecisionsChanged(prev, now cache.Node) bool {
 	return false
 }
 
+// onNodeDelete records the node's deletion with its final state when the watch
+// delivered it; a tombstone from a relist holds only the last state the informer
+// had, which may predate kubelet's last report.
 func (c *Controller) onNodeDelete(obj any) {
-	if name := objectKey(obj); name != "" {
-		c.forgetNode(name)
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		if name := objectKey(t); name != "" {
+			c.forgetNode(name, nil)
+		}
+		return
+	}
+	if node, ok := obj.(*v1.Node); ok {
+		c.forgetNode(node.Name, node)
 	}
 }
 
-// forgetNode records that the node's object is gone.
-func (c *Controller) forgetNode(name string) {
-	c.nodes.MarkDeleted(name)
+// forgetNode records that the node's object is gone; final is the object as it
+// was deleted, nil when that is not known.
+func (c *Controller) forgetNode(name string, final *v1.Node) {
+	c.nodes.MarkDeleted(name, final)
 	c.status.Forget(name)
 	c.enqueueNodeVolumes(name)
 }

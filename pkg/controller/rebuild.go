@@ -102,7 +102,7 @@ func (c *Controller) reconcileNodes() error {
 		switch n := c.nodes.Get(name); {
 		case present[name]:
 		case n.Exists():
-			c.forgetNode(name)
+			c.forgetNode(name, nil)
 		case len(c.desired.VolumesOnNode(name)) == 0 && !c.actual.HasNode(name):
 			c.nodes.Forget(name)
 		}

@@ -103,6 +103,9 @@ func New(listers Listers, desired *cache.DesiredState, changed func(csivolume.Un
 // Enqueue asks for the pod with the given namespace/name key to be re-evaluated.
 func (p *Populator) Enqueue(key string) { p.queue.Add(key) }
 
+// ShutDown stops the queue, whether or not Run ran.
+func (p *Populator) ShutDown() { p.queue.ShutDown() }
+
 // Run re-evaluates queued pods with the given number of workers until ctx ends.
 func (p *Populator) Run(ctx context.Context, workers int) {
 	defer p.queue.ShutDown()

@@ -81,6 +81,9 @@ func (r *Reconciler) Enqueue(name csivolume.UniqueName) { r.queue.Add(name) }
 // QueueLength returns how many volumes wait to be reconciled.
 func (r *Reconciler) QueueLength() int { return r.queue.Len() }
 
+// ShutDown stops the queue, whether or not Run ran.
+func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
+
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
 	defer r.queue.ShutDown()

@@ -484,7 +484,7 @@ func TestSyncRules(t *testing.T) {
 			name: "deleted node whose pod is gone: waits as mounted",
 			setup: func(h *harness) {
 				h.node("node-a", mounting(rwo))
-				h.nodes.MarkDeleted("node-a")
+				h.nodes.MarkDeleted("node-a", nil)
 				h.attachment(rwo, "node-a", true)
 			},
 			wantRequeue: maxWait,
@@ -493,7 +493,7 @@ func TestSyncRules(t *testing.T) {
 			name: "deleted node whose pod is gone: force detach after the maximum wait",
 			setup: func(h *harness) {
 				h.node("node-a", mounting(rwo))
-				h.nodes.MarkDeleted("node-a")
+				h.nodes.MarkDeleted("node-a", nil)
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
@@ -503,7 +503,7 @@ func TestSyncRules(t *testing.T) {
 			name: "deleted node whose pod still exists: keep",
 			setup: func(h *harness) {
 				h.node("node-a", mounting(rwo))
-				h.nodes.MarkDeleted("node-a")
+				h.nodes.MarkDeleted("node-a", nil)
 				h.pod("ns", "db-a", "node-a", rwo)
 				h.attachment(rwo, "node-a", true)
 			},
@@ -583,7 +583,7 @@ func TestSyncRules(t *testing.T) {
 			name: "desired on a deleted node without attachment: no attach",
 			setup: func(h *harness) {
 				h.node("node-a")
-				h.nodes.MarkDeleted("node-a")
+				h.nodes.MarkDeleted("node-a", nil)
 				h.pod("ns", "db-a", "node-a", rwo)
 			},
 		},

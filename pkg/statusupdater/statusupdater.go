@@ -108,6 +108,9 @@ func (u *Updater) Enqueue(node string) {
 	u.queue.AddAfter(node, window)
 }
 
+// ShutDown stops the queue, whether or not Run ran.
+func (u *Updater) ShutDown() { u.queue.ShutDown() }
+
 // Run writes queued nodes with the given number of workers until ctx ends.
 func (u *Updater) Run(ctx context.Context, workers int) {
 	defer u.queue.ShutDown()
