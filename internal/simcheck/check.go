@@ -10,7 +10,10 @@
 //     NotReady or deleted and no pod there has needed the volume for
 //     MaxWaitForUnmount. A node deleted while tainted counts as still tainted.
 //     Since a request may be held back by an injected delay, a deletion also
-//     counts as allowed if the rule held within Grace before it.
+//     counts as allowed if the rule held within Grace before it; and since the
+//     controller sees pods through informers that an injected delay or a relist
+//     holds back (a pod that came and went inside a watch gap is never seen), the
+//     wait may count from up to Grace before the last pod there went.
 package simcheck
 
 import (
@@ -148,7 +151,7 @@ func (c *Checker) forceAllowed(node, volume string, now time.Time) bool {
 		}
 		last = h.healthyAt
 	}
-	return last.Sub(c.unwantedSince[simworld.NodeVolume{Node: node, Volume: volume}]) >= c.maxWait
+	return last.Sub(c.unwantedSince[simworld.NodeVolume{Node: node, Volume: volume}]) >= c.maxWait-c.grace
 }
 
 func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write, now time.Time) {
