@@ -159,6 +159,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Client:     client,
 		VALister:   inf.attachments.Lister(),
 		Actual:     c.actual,
+		Nodes:      c.nodes,
 		NodeStatus: c.status,
 		Events:     events,
 		Metrics:    m,

@@ -47,9 +47,12 @@ type NodeStatus interface {
 
 // Config holds what the executor needs.
 type Config struct {
-	Client     kubernetes.Interface
-	VALister   storagelisters.VolumeAttachmentLister
-	Actual     *cache.ActualState
+	Client   kubernetes.Interface
+	VALister storagelisters.VolumeAttachmentLister
+	Actual   *cache.ActualState
+	// Nodes is the node register: what the informer last showed of each node,
+	// deleted ones included.
+	Nodes      *cache.Nodes
 	NodeStatus NodeStatus
 	Events     *podevents.Emitter
 	Metrics    *metrics.Metrics
@@ -410,7 +413,17 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	// kubelet reports a volume in use before it mounts it, and mounts only a volume
 	// node status lists as attached. The node as the API server returned it once
 	// the volume left that list is the last word.
-	if node != nil && slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)) {
+	switch {
+	case node == nil:
+		// The node is gone from the API server: its last report is all there is,
+		// and only once the register has it (the informer delivered the deletion,
+		// or the periodic pass noticed it) does it speak for the node.
+		if force == NotForced {
+			if last := e.cfg.Nodes.Get(on.Node); last.Presence != cache.NodeDeleted || last.Mounted(on.Volume) {
+				return ErrInUse
+			}
+		}
+	case slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
 		if !forceHolds(force, node) {
 			return ErrInUse
 		}

@@ -125,6 +125,7 @@ type execHarness struct {
 	client   *fake.Clientset
 	vas      toolscache.Indexer
 	actual   *cache.ActualState
+	nodes    *cache.Nodes
 	status   *fakeNodeStatus
 	log      *orderLog
 	recorder *record.FakeRecorder
@@ -161,12 +162,16 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		client:   fake.NewClientset(objs...),
 		vas:      toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}),
 		actual:   cache.NewActualState(),
+		nodes:    cache.NewNodes(),
 		log:      &orderLog{},
 		recorder: record.NewFakeRecorder(10),
 		metrics:  metrics.New(),
 		done:     make(chan csivolume.UniqueName, 10),
 	}
-	h.status = &fakeNodeStatus{actual: h.actual, log: h.log}
+	h.status = &fakeNodeStatus{actual: h.actual, log: h.log, node: &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Status:     v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
+	}}
 	h.client.PrependReactor("create", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		va := a.(clienttesting.CreateAction).GetObject().(*storagev1.VolumeAttachment)
 		va.UID = vaUID
@@ -222,6 +227,7 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		Client:     h.client,
 		VALister:   storagelisters.NewVolumeAttachmentLister(h.vas),
 		Actual:     h.actual,
+		Nodes:      h.nodes,
 		NodeStatus: h.status,
 		Events:     podevents.NewEmitter(h.recorder),
 		Metrics:    h.metrics,

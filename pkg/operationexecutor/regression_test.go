@@ -543,8 +543,12 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 	noReadyCondition := inUseNode(false, false)
 	noReadyCondition.Status.Conditions = nil
 	tests := []struct {
-		name      string
-		node      *v1.Node
+		name string
+		node *v1.Node
+		// deleted is the node's last state in the register once its deletion
+		// was seen; an empty node stands for a deletion whose last report was
+		// not seen.
+		deleted   *v1.Node
 		force     ForceReason
 		wantErr   error
 		wantForce string
@@ -560,13 +564,25 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		{name: "stale node: timeout, Ready again though tainted", node: inUseNode(true, true), force: ForceUnmountTimeout, wantErr: ErrInUse},
 		{name: "not in use, not forced", node: notInUse, force: NotForced},
 		{name: "not in use, forced: no force counted", node: notInUse, force: ForceOutOfService},
-		{name: "node gone", node: nil, force: NotForced},
+		{name: "node gone, its deletion not seen yet", node: nil, force: NotForced, wantErr: ErrInUse},
+		{name: "node gone, its last report listed the volume in use", node: nil, deleted: inUseNode(true, false), force: NotForced, wantErr: ErrInUse},
+		{name: "node gone, its last report did not list the volume", node: nil, deleted: notInUse, force: NotForced},
+		{name: "node gone, its last report was not seen", node: nil, deleted: &v1.Node{}, force: NotForced, wantErr: ErrInUse},
+		{name: "node gone, timeout", node: nil, force: ForceUnmountTimeout},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h, on := newDetachHarness(t, time.Minute)
 			h.informerSeesDeletes = true
 			h.status.node = tc.node
+			switch {
+			case tc.deleted == nil:
+			case tc.deleted.Name == "":
+				h.nodes.Set(cache.NodeFromObject(notInUse))
+				h.nodes.MarkDeleted(testNode, nil)
+			default:
+				h.nodes.MarkDeleted(testNode, tc.deleted)
+			}
 			err := h.exec.detach(t.Context(), on, tc.force)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
 				t.Fatalf("detach = %v, want %v", err, tc.wantErr)

@@ -217,6 +217,7 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		Client:     h.client,
 		VALister:   storagelisters.NewVolumeAttachmentLister(h.vas),
 		Actual:     h.actual,
+		Nodes:      h.nodes,
 		NodeStatus: h.status,
 		// The executor's own events are not what these tests look at.
 		Events:  podevents.NewEmitter(record.NewFakeRecorder(100)),
