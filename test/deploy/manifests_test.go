@@ -27,6 +27,8 @@ var controllerPermissions = []permission{
 	// Informers.
 	{"", "pods", "list"}, {"", "pods", "watch"},
 	{"", "nodes", "list"}, {"", "nodes", "watch"},
+	// A node's status read from the API server before a detach.
+	{"", "nodes", "get"},
 	{"", "persistentvolumeclaims", "list"}, {"", "persistentvolumeclaims", "watch"},
 	{"", "persistentvolumes", "list"}, {"", "persistentvolumes", "watch"},
 	{"storage.k8s.io", "csidrivers", "list"}, {"storage.k8s.io", "csidrivers", "watch"},
@@ -35,6 +37,8 @@ var controllerPermissions = []permission{
 	// and detach.
 	{"storage.k8s.io", "volumeattachments", "list"}, {"storage.k8s.io", "volumeattachments", "watch"},
 	{"storage.k8s.io", "volumeattachments", "create"}, {"storage.k8s.io", "volumeattachments", "delete"},
+	// An object read back after a write of unknown outcome.
+	{"storage.k8s.io", "volumeattachments", "get"},
 	// node.status.volumesAttached.
 	{"", "nodes/status", "patch"},
 	// Pod events through client-go's core/v1 event recorder, which creates an event
