@@ -35,6 +35,14 @@ func TestUniqueVolumeName(t *testing.T) {
 	}
 }
 
+func TestAttachmentName(t *testing.T) {
+	// sha256("vol-1" + "csi.example.com" + "node-1"), as sha256sum prints it.
+	want := "csi-b74c7fc125891ffa0d0f2e0d645733e3fae7fba3066e76500a771ea08be9da28"
+	if got := AttachmentName("csi.example.com", "vol-1", "node-1"); got != want {
+		t.Errorf("AttachmentName = %q, want %q", got, want)
+	}
+}
+
 func TestAttacherFinalizer(t *testing.T) {
 	for driver, want := range map[string]string{
 		"csi.example.com":  "external-attacher/csi-example-com",

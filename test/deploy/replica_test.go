@@ -16,7 +16,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 )
 
 // leaderMetric is the gauge that is 1 on the replica that leads.
@@ -59,18 +61,27 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	if err := env.WriteKubeconfig(kubeconfig, token); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--kubeconfig=" + kubeconfig, "-v=2"}
-	if o.lease == "" {
-		args = append(args, "--leader-elect=false")
-	} else {
-		args = append(args, "--leader-elect=true", "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
+	var args []string
+	if o.lease != "" {
+		args = append(args, "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
 	args = append(append(args, o.args...), "--bind-address=127.0.0.1:0")
-	p, err := proc.Start("replica "+name, filepath.Join(dir, name+".log"), controllerBin, args...)
+	ctrl, err := controllerproc.New(t.Context(), controllerproc.Options{
+		Binary:      env.Controller,
+		Kubeconfig:  kubeconfig,
+		LogFile:     filepath.Join(dir, name+".log"),
+		LeaderElect: o.lease != "",
+		Verbosity:   2,
+		Args:        args,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := ctrl.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p := ctrl.Process()
 	r := &replica{t: t, name: name, credential: credential, proc: p}
 	t.Cleanup(func() {
 		if err := p.Kill(); err != nil {
@@ -138,7 +149,7 @@ func (r *replica) waitLog(pattern string, timeout time.Duration) string {
 	r.t.Helper()
 	re := regexp.MustCompile(pattern)
 	var m []string
-	eventually(r.t, timeout, fmt.Sprintf("replica %s to log %q", r.name, pattern), func() bool {
+	suite.Eventually(r.t, timeout, fmt.Sprintf("replica %s to log %q", r.name, pattern), func() bool {
 		m = re.FindStringSubmatch(r.log())
 		return m != nil || !r.proc.Running()
 	})
@@ -218,6 +229,6 @@ func leaseHolder(t *testing.T, lease string) string {
 func waitLeader(t *testing.T, lease string, r *replica, timeout time.Duration) time.Time {
 	t.Helper()
 	id := r.identity()
-	eventually(t, timeout, fmt.Sprintf("replica %s to hold lease %s", r.name, lease), func() bool { return leaseHolder(t, lease) == id })
+	suite.Eventually(t, timeout, fmt.Sprintf("replica %s to hold lease %s", r.name, lease), func() bool { return leaseHolder(t, lease) == id })
 	return time.Now()
 }

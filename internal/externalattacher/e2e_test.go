@@ -2,8 +2,6 @@ package externalattacher_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,9 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/externalattacher"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
-	"github.com/attachdetach-controller/attachdetach-controller/test/csidriver"
-	"github.com/attachdetach-controller/attachdetach-controller/test/externalattacher"
 )
 
 const (
@@ -119,7 +118,7 @@ func (h *harness) createNode(t *testing.T, name string) {
 	t.Helper()
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        name,
-		Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+		Annotations: map[string]string{sim.ControllerManagedAnnotation: "true"},
 	}}
 	if _, err := h.client.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -146,17 +145,10 @@ func (h *harness) createPV(t *testing.T, name, volumeHandle string, modes ...v1.
 	}
 }
 
-// attachmentName is the name kube-controller-manager and kubelet give the
-// VolumeAttachment of a CSI volume on a node.
-func attachmentName(volumeHandle, node string) string {
-	sum := sha256.Sum256([]byte(volumeHandle + driverName + node))
-	return "csi-" + hex.EncodeToString(sum[:])
-}
-
 func (h *harness) createVA(t *testing.T, pvName, volumeHandle, node string) string {
 	t.Helper()
 	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: attachmentName(volumeHandle, node)},
+		ObjectMeta: metav1.ObjectMeta{Name: sim.AttachmentName(driverName, volumeHandle, node)},
 		Spec: storagev1.VolumeAttachmentSpec{
 			Attacher: driverName,
 			NodeName: node,
