@@ -90,11 +90,7 @@ func Tool(ctx context.Context, name string) (string, error) {
 	if name == CSIAttacher {
 		file = name + "-" + versions.ExternalAttacher
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	cache, err := cacheDir()
+	root, cache, err := dirs()
 	if err != nil {
 		return "", err
 	}
@@ -125,11 +121,7 @@ func Tool(ctx context.Context, name string) (string, error) {
 // controller; go build leaves an up-to-date executable alone, so a later call costs a
 // fraction of a second.
 func Controller(ctx context.Context) (string, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	cache, err := cacheDir()
+	root, cache, err := dirs()
 	if err != nil {
 		return "", err
 	}
@@ -152,18 +144,21 @@ func Controller(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// cacheDir returns $XDG_CACHE_HOME/attachdetach-controller (~/.cache by default),
-// creating it.
-func cacheDir() (string, error) {
+// dirs returns the repository's root and the cache,
+// $XDG_CACHE_HOME/attachdetach-controller (~/.cache by default), creating it.
+func dirs() (root, cache string, err error) {
+	if root, err = RepoRoot(); err != nil {
+		return "", "", err
+	}
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("finding the cache directory: %w", err)
+		return "", "", fmt.Errorf("finding the cache directory: %w", err)
 	}
-	dir := filepath.Join(base, "attachdetach-controller")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating the cache directory: %w", err)
+	cache = filepath.Join(base, "attachdetach-controller")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", "", fmt.Errorf("creating the cache directory: %w", err)
 	}
-	return dir, nil
+	return root, cache, nil
 }
 
 // lock takes an exclusive lock on the file at path, creating it, and returns its

@@ -4,6 +4,7 @@
 package controllerproc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,15 +47,11 @@ type Options struct {
 }
 
 func (o Options) args() []string {
-	verbosity := o.Verbosity
-	if verbosity == 0 {
-		verbosity = 4
-	}
 	args := []string{
 		"--kubeconfig=" + o.Kubeconfig,
 		"--bind-address=" + o.BindAddress,
 		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
-		"-v=" + strconv.Itoa(verbosity),
+		"-v=" + strconv.Itoa(cmp.Or(o.Verbosity, 4)),
 	}
 	return append(args, o.Args...)
 }

@@ -14,6 +14,7 @@
 package externalattacher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,15 +67,11 @@ type Options struct {
 // Args returns csi-attacher's command line for opts, without the binary. Leader
 // election stays off: one csi-attacher per driver.
 func (opts Options) Args() []string {
-	verbosity := opts.Verbosity
-	if verbosity == 0 {
-		verbosity = 4
-	}
 	args := []string{
 		"--kubeconfig=" + opts.Kubeconfig,
 		"--csi-address=" + opts.CSIAddress,
 		"--leader-election=false",
-		"--v=" + strconv.Itoa(verbosity),
+		"--v=" + strconv.Itoa(cmp.Or(opts.Verbosity, 4)),
 	}
 	durations := []struct {
 		flag  string
