@@ -17,13 +17,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/externalattacher"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
@@ -34,7 +34,6 @@ const (
 	finalizer = "external-attacher/hostless-csi-test-example-com"
 	// serviceAccount is who csi-attacher runs as, with only the upstream RBAC rules.
 	serviceAccount = "csi-attacher"
-	waitTimeout    = 30 * time.Second
 )
 
 // harness is a control plane with the test driver and csi-attacher running against it.
@@ -161,21 +160,24 @@ func (h *harness) createVA(t *testing.T, pvName, volumeHandle, node string) stri
 	return va.Name
 }
 
-// waitVA polls the VolumeAttachment until cond holds, failing the test on timeout.
+// waitVA polls the VolumeAttachment until cond holds, failing the test on timeout
+// with what it last saw.
 func (h *harness) waitVA(t *testing.T, name, what string, cond func(*storagev1.VolumeAttachment) bool) *storagev1.VolumeAttachment {
 	t.Helper()
 	var last *storagev1.VolumeAttachment
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		va, err := h.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	t.Cleanup(func() {
+		if t.Failed() && last != nil {
+			t.Logf("VolumeAttachment %s last seen with finalizers %v, status %+v", name, last.Finalizers, last.Status)
+		}
+	})
+	suite.Eventually(t, suite.WaitTimeout, fmt.Sprintf("VolumeAttachment %s: %s", name, what), func() bool {
+		va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			t.Fatal(err)
 		}
 		last = va
-		return cond(va), nil
+		return cond(va)
 	})
-	if err != nil {
-		t.Fatalf("waiting for VolumeAttachment %s: %s: %v\nlast seen: finalizers %v, status %+v", name, what, err, last.Finalizers, last.Status)
-	}
 	return last
 }
 
@@ -191,16 +193,13 @@ func (h *harness) deleteVA(t *testing.T, name string) {
 
 func (h *harness) waitGone(t *testing.T, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		_, err := h.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
+	suite.Eventually(t, suite.WaitTimeout, fmt.Sprintf("VolumeAttachment %s to go away", name), func() bool {
+		_, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
 		}
-		return false, err
+		return apierrors.IsNotFound(err)
 	})
-	if err != nil {
-		t.Fatalf("waiting for VolumeAttachment %s to go away: %v", name, err)
-	}
 }
 
 func attached(va *storagev1.VolumeAttachment) bool { return va.Status.Attached }
