@@ -106,6 +106,16 @@ func (w *World) CreateVolume(claim string, o workload.VolumeOptions) workload.Vo
 	return v
 }
 
+// AttachedVolume creates a ReadWriteOnce volume for claim and a pod on node that
+// uses it, and waits until the node's status lists the volume as attached.
+func (w *World) AttachedVolume(claim, pod, node string) workload.Volume {
+	w.T.Helper()
+	v := w.CreateVolume(claim, workload.VolumeOptions{})
+	w.CreatePod(pod, node, claim)
+	w.WaitAttached(v, node)
+	return v
+}
+
 // CreatePV creates the PersistentVolume of a volume, bound to the claim with claimUID.
 func (w *World) CreatePV(v workload.Volume, claimUID types.UID) {
 	w.T.Helper()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
-	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // TestAttachAndDetach follows a volume through a real ControllerPublishVolume and
@@ -18,9 +17,7 @@ import (
 func TestAttachAndDetach(t *testing.T) {
 	c := newCluster(t, clusterOptions{})
 	node := c.Nodes[0]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("app", node, v.Claim)
-	c.WaitAttached(v, node)
+	v := c.AttachedVolume("data", "app", node)
 	c.WaitPodRunning("app")
 
 	va := c.Attachment(v, node)
@@ -63,9 +60,7 @@ func TestAttachAndDetach(t *testing.T) {
 func TestRWOMoveWaitsForTheFinalizer(t *testing.T) {
 	c := newCluster(t, clusterOptions{unmountDelay: 200 * time.Millisecond})
 	a, b := c.Nodes[0], c.Nodes[1]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("first", a, v.Claim)
-	c.WaitAttached(v, a)
+	v := c.AttachedVolume("data", "first", a)
 
 	c.Must(c.local.Driver.SetFault(csidriver.OpUnpublish, v.Handle, csidriver.Fault{Code: codes.Unavailable, Message: "backend busy", Count: 3}))
 	c.CreatePod("second", b, v.Claim)

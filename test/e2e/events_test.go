@@ -9,8 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // TestMultiAttachEventsWithKubectl reads the Multi-Attach events back with the real
@@ -20,9 +18,7 @@ import (
 func TestMultiAttachEventsWithKubectl(t *testing.T) {
 	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 3 * time.Second})
 	a, b, third := c.Nodes[0], c.Nodes[1], c.Nodes[2]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("holder", a, v.Claim)
-	c.WaitAttached(v, a)
+	v := c.AttachedVolume("data", "holder", a)
 
 	c.CreatePod("waiter", b, v.Claim)
 	usedBy := `Multi-Attach error for volume "` + v.PV + `" Volume is already used by pod(s) holder`

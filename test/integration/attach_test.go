@@ -19,9 +19,7 @@ import (
 func TestAttachAndDetach(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	node := s.Nodes[0]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("app", node, vol.Claim)
-	s.WaitAttached(vol, node)
+	vol := s.AttachedVolume("data", "app", node)
 
 	// The VolumeAttachment: csi-<sha256(handle+driver+node)>, spec as the contract says.
 	sum := sha256.Sum256([]byte(vol.Handle + s.Driver + node))
@@ -53,9 +51,7 @@ func TestAttachAndDetach(t *testing.T) {
 func TestRWOVolumeMovesBetweenNodes(t *testing.T) {
 	s := newScenario(t, scenarioOptions{SimOptions: suite.SimOptions{UnmountDelay: 500 * time.Millisecond}})
 	a, b := s.Nodes[0], s.Nodes[1]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("first", a, vol.Claim)
-	s.WaitAttached(vol, a)
+	vol := s.AttachedVolume("data", "first", a)
 
 	s.CreatePod("second", b, vol.Claim)
 	multi := `Warning FailedAttachVolume Multi-Attach error for volume "` + vol.PV + `" Volume is already used by pod(s) first`
@@ -83,9 +79,7 @@ func TestRWOVolumeMovesBetweenNodes(t *testing.T) {
 func TestMultiAttachEventHidesOtherNamespaces(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	a, b := s.Nodes[0], s.Nodes[1]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("owner", a, vol.Claim)
-	s.WaitAttached(vol, a)
+	vol := s.AttachedVolume("data", "owner", a)
 
 	// A pod in another namespace cannot use the claim, but an inline in-tree volume
 	// could name the same disk; here a second claim in another namespace is bound to

@@ -20,9 +20,7 @@ import (
 func stuckVolume(t *testing.T, s *scenario) workload.Volume {
 	t.Helper()
 	node := s.Nodes[0]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("app", node, vol.Claim)
-	s.WaitAttached(vol, node)
+	vol := s.AttachedVolume("data", "app", node)
 	s.Must(s.Kubelet.SetStuck(node, vol.UniqueName(), true))
 	s.DeletePodNow("app")
 	return vol
@@ -80,9 +78,7 @@ func TestOutOfServiceTaint(t *testing.T) {
 func TestNodeDeletion(t *testing.T) {
 	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--max-wait-for-unmount=2s"}})
 	node := s.Nodes[0]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("app", node, vol.Claim)
-	s.WaitAttached(vol, node)
+	vol := s.AttachedVolume("data", "app", node)
 	s.Must(s.Client.CoreV1().Nodes().Delete(t.Context(), node, metav1.DeleteOptions{}))
 	s.Never(3*time.Second, "a detach while the pod on the deleted node exists", func() bool { return !s.HasAttachment(vol, node) })
 	s.DeletePodNow("app")
@@ -93,9 +89,7 @@ func TestNodeDeletion(t *testing.T) {
 func TestTerminatedPodReleasesVolume(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	node := s.Nodes[0]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("job", node, vol.Claim)
-	s.WaitAttached(vol, node)
+	vol := s.AttachedVolume("data", "job", node)
 	// The kubelet simulator writes the pod's status too: retry on conflicts.
 	s.Must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := s.Client.CoreV1().Pods(s.Namespace).Get(t.Context(), "job", metav1.GetOptions{})
@@ -115,9 +109,7 @@ func TestTerminatedPodReleasesVolume(t *testing.T) {
 func TestVolumeAttachmentDeletedBySomeoneElse(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	node := s.Nodes[0]
-	vol := s.CreateVolume("data", workload.VolumeOptions{})
-	s.CreatePod("app", node, vol.Claim)
-	s.WaitAttached(vol, node)
+	vol := s.AttachedVolume("data", "app", node)
 	old, err := s.Client.StorageV1().VolumeAttachments().Get(t.Context(), vol.AttachmentName(node), metav1.GetOptions{})
 	s.Must(err)
 	s.Must(s.Client.StorageV1().VolumeAttachments().Delete(t.Context(), old.Name, metav1.DeleteOptions{}))
