@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
@@ -232,28 +233,23 @@ func (w *World) Never(d time.Duration, what string, cond func() bool) {
 // VolumeAttachments is left, so that no finalizer is left behind for the next tests;
 // for a test's clean-up, with a controller (and external-attacher) still running.
 func (w *World) Drain() {
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
+	ctx := context.Background()
 	pods := w.Client.CoreV1().Pods(w.Namespace)
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
 		w.T.Errorf("deleting the pods of %s: %v", w.Namespace, err)
 	}
-	var left []string
-	for {
-		vas, err := w.Workload.Attachments(ctx)
-		left = left[:0]
-		for _, va := range vas {
-			left = append(left, va.Name+" on "+va.Spec.NodeName)
+	var left []storagev1.VolumeAttachment
+	err := wait.PollUntilContextTimeout(ctx, PollInterval, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		left, err = w.Workload.Attachments(ctx)
+		return err == nil && len(left) == 0, nil
+	})
+	if err != nil {
+		var names []string
+		for _, va := range left {
+			names = append(names, va.Name+" on "+va.Spec.NodeName)
 		}
-		if err == nil && len(left) == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			w.T.Errorf("VolumeAttachments of the test still there after %s: %v (%v)", drainTimeout, left, err)
-			return
-		case <-time.After(PollInterval):
-		}
+		w.T.Errorf("VolumeAttachments of the test still there after %s: %v", drainTimeout, names)
 	}
 }
 
