@@ -8,7 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -141,6 +144,39 @@ func (c *Controller) Stop() error {
 		return nil
 	}
 	return c.proc.Stop(stopGracePeriod)
+}
+
+// Log returns the controller's log, klog's escaped quotes inside values unescaped,
+// so that API errors read as the API server wrote them.
+func (c *Controller) Log() (string, error) {
+	data, err := os.ReadFile(c.opts.LogFile)
+	if err != nil {
+		return "", fmt.Errorf("reading the controller's log: %w", err)
+	}
+	return strings.ReplaceAll(string(data), `\"`, `"`), nil
+}
+
+// FindInLog returns the submatches of the first match of re in the controller's log
+// (see Log), nil if there is none yet.
+func (c *Controller) FindInLog(re *regexp.Regexp) []string {
+	log, err := c.Log()
+	if err != nil {
+		return nil
+	}
+	return re.FindStringSubmatch(log)
+}
+
+// identityLine is what the controller logs, with its identity, when leader election
+// starts.
+var identityLine = regexp.MustCompile(`"Waiting to become the leader" .*identity="([^"]+)"`)
+
+// Identity returns the controller's identity in its leader Lease, from its log; ""
+// until it has logged it.
+func (c *Controller) Identity() string {
+	if m := c.FindInLog(identityLine); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 // LogTail returns the last lines of the controller's log.

@@ -37,6 +37,16 @@ const (
 	Killed Outcome = "killed"
 	// Rejected writes arrived after the kill and were failed too.
 	Rejected Outcome = "rejected"
+	// Failed writes were answered with an injected error status and not forwarded.
+	Failed Outcome = "failed"
+	// Dropped writes reached the API server, but their response was replaced by a
+	// connection reset.
+	Dropped Outcome = "dropped"
+	// ConnReset writes were lost to an injected connection reset, not forwarded.
+	ConnReset Outcome = "reset"
+	// Refused writes arrived while the proxy was partitioned, or were on their way
+	// when the partition began, and were not forwarded.
+	Refused Outcome = "refused"
 )
 
 // Write is one counted write.
@@ -47,16 +57,30 @@ type Write struct {
 	// URI is the request's path and query.
 	URI  string
 	Info RequestInfo
-	// Status is the API server's response status for a forwarded write.
+	// Fault is the fault injected, if any.
+	Fault Fault
+	// Status is the API server's response status for a forwarded or dropped write,
+	// the injected one for a failed write.
 	Status  int
 	Outcome Outcome
+	// Forwarded is when the write was sent on to the API server; zero if it never was.
+	Forwarded time.Time
 }
 
 func (w Write) String() string {
-	return fmt.Sprintf("#%d %s %s -> %s %d", w.Seq, w.Method, w.URI, w.Outcome, w.Status)
+	s := fmt.Sprintf("#%d %s %s -> %s %d", w.Seq, w.Method, w.URI, w.Outcome, w.Status)
+	if w.Fault != (Fault{}) {
+		s += " (fault: " + w.Fault.String() + ")"
+	}
+	return s
 }
 
-// Proxy is a running kill proxy.
+// Reached tells whether the write reached the API server.
+func (w Write) Reached() bool {
+	return !w.Forwarded.IsZero()
+}
+
+// Proxy is a running kill and fault proxy.
 type Proxy struct {
 	// URL is the proxy's address, http on a loopback port.
 	URL string
@@ -64,8 +88,11 @@ type Proxy struct {
 	server  *http.Server
 	forward http.Handler
 	counts  func(*http.Request) bool
+	tracker *connTracker
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// rule chooses the faults; nil injects none.
+	rule   Rule
 	writes []Write
 	// generation changes with Reset, so writes in flight across it are not misfiled.
 	generation int
@@ -75,8 +102,8 @@ type Proxy struct {
 	kill      func()
 	killOnce  *sync.Once
 	killed    chan struct{}
-	// inFlight counts forwarded writes not completed yet; done is signalled as each
-	// completes.
+	// inFlight counts the writes let through the kill point that have not completed
+	// yet; done is signalled as each completes.
 	inFlight int
 	done     *sync.Cond
 }
@@ -99,8 +126,9 @@ func Start(ctx context.Context, opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("listening on loopback: %w", err)
 	}
 	p := &Proxy{
-		URL:    "http://" + listener.Addr().String(),
-		counts: opts.Counts,
+		URL:     "http://" + listener.Addr().String(),
+		counts:  opts.Counts,
+		tracker: newConnTracker(),
 		forward: &httputil.ReverseProxy{
 			Rewrite: func(r *httputil.ProxyRequest) {
 				r.SetURL(target)
@@ -113,7 +141,12 @@ func Start(ctx context.Context, opts Options) (*Proxy, error) {
 		},
 	}
 	p.done = sync.NewCond(&p.mu)
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	p.server = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnState:         p.tracker.connState,
+		ConnContext:       p.tracker.connContext,
+	}
 	go func() {
 		if err := p.server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.FromContext(ctx).Error(err, "Kill proxy stopped serving")
@@ -195,16 +228,57 @@ func (p *Proxy) Count() int {
 	return len(p.writes)
 }
 
-// ServeHTTP forwards a request upstream, numbering the writes and holding those past
-// the kill point.
+// SetFaults makes the proxy inject the faults the rule chooses into the requests it
+// receives from now on, reads and watches included; nil injects none.
+func (p *Proxy) SetFaults(rule Rule) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rule = rule
+}
+
+// CutConnections resets the client connections that are serving a request that
+// matches (IsWatch: every open watch), and returns how many it reset.
+func (p *Proxy) CutConnections(match func(*http.Request) bool) int {
+	return p.tracker.cut(match)
+}
+
+// Partition resets every client connection and refuses new ones, until Restore. It
+// returns the moment from which no request is forwarded: every write forwarded
+// earlier has Forwarded before it.
+func (p *Proxy) Partition() time.Time {
+	return p.tracker.partition()
+}
+
+// Restore accepts connections again after Partition.
+func (p *Proxy) Restore() {
+	p.tracker.restore()
+}
+
+// ServeHTTP injects the request's fault, numbers the writes, holds those past the
+// kill point and forwards the rest upstream.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !isMutating(r) || (p.counts != nil && !p.counts(r)) {
-		p.forward.ServeHTTP(w, r)
+	defer p.tracker.serve(r)()
+	p.mu.Lock()
+	rule := p.rule
+	p.mu.Unlock()
+	var fault Fault
+	if rule != nil {
+		fault = rule(r)
+	}
+	if fault.Delay > 0 {
+		select {
+		case <-time.After(fault.Delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if !IsWrite(r) || (p.counts != nil && !p.counts(r)) {
+		p.apply(w, r, fault)
 		return
 	}
 	p.mu.Lock()
 	seq, gen := len(p.writes)+1, p.generation
-	p.writes = append(p.writes, Write{Seq: seq, Method: r.Method, URI: r.URL.RequestURI(), Info: ParseRequest(r.URL.Path)})
+	p.writes = append(p.writes, Write{Seq: seq, Method: r.Method, URI: r.URL.RequestURI(), Info: ParseRequest(r.URL.Path), Fault: fault})
 	if p.armed && seq > p.killAfter {
 		once, kill, killed := p.killOnce, p.kill, p.killed
 		p.mu.Unlock()
@@ -215,16 +289,45 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			kill()
 			close(killed)
 		})
-		p.finish(gen, seq, outcome, http.StatusServiceUnavailable)
+		p.finish(gen, seq, result{outcome: outcome, status: http.StatusServiceUnavailable})
 		http.Error(w, "killproxy: write held across the kill", http.StatusServiceUnavailable)
 		return
 	}
 	p.inFlight++
 	p.mu.Unlock()
+	p.finish(gen, seq, p.apply(w, r, fault))
+}
 
+// result is what became of a request.
+type result struct {
+	outcome   Outcome
+	status    int
+	forwarded time.Time
+}
+
+// apply does to a request what its fault says, forwarding it unless the fault or a
+// partition forbids.
+func (p *Proxy) apply(w http.ResponseWriter, r *http.Request, fault Fault) result {
+	at, admitted := p.tracker.admit()
+	switch {
+	case !admitted:
+		reset(connOf(r))
+		return result{outcome: Refused}
+	case fault.Status != 0:
+		fault.writeStatus(w)
+		return result{outcome: Failed, status: fault.Status}
+	case fault.Reset:
+		reset(connOf(r))
+		return result{outcome: ConnReset}
+	case fault.Drop:
+		discard := &discardResponse{header: http.Header{}}
+		p.forward.ServeHTTP(discard, r)
+		reset(connOf(r))
+		return result{outcome: Dropped, status: discard.status, forwarded: at}
+	}
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 	p.forward.ServeHTTP(rec, r)
-	p.finish(gen, seq, Forwarded, rec.status)
+	return result{outcome: Forwarded, status: rec.status, forwarded: at}
 }
 
 // waitForWrites waits until every forwarded write has completed.
@@ -237,16 +340,17 @@ func (p *Proxy) waitForWrites() {
 }
 
 // finish records how a write ended.
-func (p *Proxy) finish(gen, seq int, outcome Outcome, status int) {
+func (p *Proxy) finish(gen, seq int, res result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if outcome == Forwarded {
+	if res.outcome != Killed && res.outcome != Rejected {
 		p.inFlight--
 		p.done.Broadcast()
 	}
 	if i := seq - 1; gen == p.generation && i < len(p.writes) {
-		p.writes[i].Outcome = outcome
-		p.writes[i].Status = status
+		p.writes[i].Outcome = res.outcome
+		p.writes[i].Status = res.status
+		p.writes[i].Forwarded = res.forwarded
 	}
 }
 

@@ -38,13 +38,19 @@ func ParseRequest(path string) RequestInfo {
 	return info
 }
 
-// isMutating tells whether a request changes state.
-func isMutating(r *http.Request) bool {
+// IsWrite tells whether a request changes state: POST, PUT, PATCH or DELETE.
+func IsWrite(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		return true
 	}
 	return false
+}
+
+// IsWatch tells whether a request is a watch.
+func IsWatch(r *http.Request) bool {
+	w := r.URL.Query().Get("watch")
+	return w == "true" || w == "1"
 }
 
 // ExcludeResources returns a write filter that counts every mutating request except

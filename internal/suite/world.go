@@ -265,6 +265,20 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
+// EventuallySucceeds waits until f returns nil, failing the test with what and f's
+// last error after the timeout.
+func EventuallySucceeds(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	var err error
+	deadline := time.Now().Add(timeout)
+	for err = f(); err != nil; err = f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s:\n%v", timeout, what, err)
+		}
+		time.Sleep(PollInterval)
+	}
+}
+
 // Never checks that cond stays false for d, failing the test with what if it holds.
 func Never(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()

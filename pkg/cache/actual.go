@@ -11,30 +11,32 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 )
 
-// Attachment is what the controller knows of one volume on one node. It exists for
-// as long as a VolumeAttachment for the pair exists, in whatever state.
+// Attachment is one VolumeAttachment object for a volume on a node, or one the
+// controller is creating: from the moment its create is sent it may exist, so it
+// counts as holding the volume until the informer or a read from the API server
+// shows otherwise.
 type Attachment struct {
 	Volume csivolume.UniqueName
 	Node   string
-	// VolumeAttachment names the object that records the attachment.
+	// VolumeAttachment names the object.
 	VolumeAttachment string
-	UID              types.UID
+	// UID is empty while the controller's create has no answer.
+	UID types.UID
+	// Seen is set once the informer has shown the object. An attachment that was
+	// never seen is one the controller created, or tried to: it may or may not
+	// exist, and only a write or read that answers for it settles that.
+	Seen bool
 	// Attached mirrors status.attached.
 	Attached bool
-	// Deleting is set once deletion of the VolumeAttachment was requested.
+	// Deleting is set once the object has a deletionTimestamp, or once the
+	// controller's delete of it was accepted.
 	Deleting bool
 	// AttachError mirrors status.attachError.message.
 	AttachError string
-	// HiddenFromNodeStatus is set while a detach is under way: the node status must
-	// not list the volume, so that kubelet does not mount it again.
-	HiddenFromNodeStatus bool
-	// DetachWantedSince is when the controller first wanted to detach a volume that
-	// was still mounted; zero when no such wait is running.
-	DetachWantedSince time.Time
+	// MultiAttach tells whether the volume may be attached to several nodes, as
+	// the volume's own spec (PV or inline spec) said when the object was seen.
+	MultiAttach bool
 }
-
-// Reported tells whether node.status.volumesAttached should list the volume.
-func (a Attachment) Reported() bool { return a.Attached && !a.HiddenFromNodeStatus }
 
 // Observation is what a VolumeAttachment says about an attachment.
 type Observation struct {
@@ -45,19 +47,83 @@ type Observation struct {
 	Attached         bool
 	Deleting         bool
 	AttachError      string
+	MultiAttach      bool
+}
+
+// OnNode is everything that exists of one volume on one node: usually one
+// VolumeAttachment, but another tool may have made more, and each one holds the
+// volume in its own right.
+type OnNode struct {
+	Volume csivolume.UniqueName
+	Node   string
+	// Objects are the attachments of the volume to the node, sorted by name.
+	Objects []Attachment
+	// HiddenFromNodeStatus is set while a detach is under way or was decided: node
+	// status must not list the volume, so that kubelet does not mount it again.
+	HiddenFromNodeStatus bool
+	// UnmountWaitStarted is when the controller started waiting for kubelet to
+	// unmount the volume from a node that no longer needs it; zero when no such
+	// wait runs.
+	UnmountWaitStarted time.Time
+}
+
+// Attached tells whether some object reports the volume attached.
+func (o OnNode) Attached() bool {
+	return slices.ContainsFunc(o.Objects, func(a Attachment) bool { return a.Attached })
+}
+
+// Deleting tells whether every object is being deleted.
+func (o OnNode) Deleting() bool {
+	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.Deleting })
+}
+
+// MultiAttach tells whether the volume's own spec allows several nodes; false
+// when any object says otherwise or none could say.
+func (o OnNode) MultiAttach() bool {
+	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.MultiAttach })
+}
+
+// Reported tells whether node.status.volumesAttached should list the volume.
+func (o OnNode) Reported() bool { return o.Attached() && !o.HiddenFromNodeStatus }
+
+// pair holds the objects of one volume on one node and the controller's marks.
+type pair struct {
+	objects            map[string]*Attachment
+	hidden             bool
+	unmountWaitStarted time.Time
+}
+
+func (p *pair) view(volume csivolume.UniqueName, node string) OnNode {
+	out := OnNode{Volume: volume, Node: node, HiddenFromNodeStatus: p.hidden, UnmountWaitStarted: p.unmountWaitStarted}
+	for _, name := range slices.Sorted(maps.Keys(p.objects)) {
+		out.Objects = append(out.Objects, *p.objects[name])
+	}
+	return out
+}
+
+func (p *pair) reported() bool {
+	if p.hidden {
+		return false
+	}
+	for _, a := range p.objects {
+		if a.Attached {
+			return true
+		}
+	}
+	return false
 }
 
 // ActualState records the attachments that exist, from VolumeAttachment objects
-// and from the controller's own writes, indexed by volume and by node. It also
-// remembers VolumeAttachments whose volume could not be identified yet, by the PV
-// they name, so that such a volume still counts as held.
+// and from the controller's own creates, indexed by object name, by volume and by
+// node. It also remembers VolumeAttachments whose volume could not be identified
+// yet, by the PV they name, so that such a volume still counts as held.
 type ActualState struct {
-	mu          sync.RWMutex
-	volumes     map[csivolume.UniqueName]map[string]*Attachment
-	nodeVols    map[string]map[csivolume.UniqueName]struct{}
-	byObject    map[string]*Attachment
-	unresolved  map[string]UnresolvedAttachment
-	unresolvedP map[string]map[string]struct{}
+	mu             sync.RWMutex
+	objects        map[string]*Attachment
+	pairs          map[csivolume.UniqueName]map[string]*pair
+	nodeVols       map[string]map[csivolume.UniqueName]struct{}
+	unresolved     map[string]UnresolvedAttachment
+	unresolvedByPV map[string]map[string]struct{}
 }
 
 // UnresolvedAttachment is a VolumeAttachment whose volume is not known yet.
@@ -70,166 +136,225 @@ type UnresolvedAttachment struct {
 // NewActualState returns an empty actual state.
 func NewActualState() *ActualState {
 	return &ActualState{
-		volumes:     make(map[csivolume.UniqueName]map[string]*Attachment),
-		nodeVols:    make(map[string]map[csivolume.UniqueName]struct{}),
-		byObject:    make(map[string]*Attachment),
-		unresolved:  make(map[string]UnresolvedAttachment),
-		unresolvedP: make(map[string]map[string]struct{}),
+		objects:        make(map[string]*Attachment),
+		pairs:          make(map[csivolume.UniqueName]map[string]*pair),
+		nodeVols:       make(map[string]map[csivolume.UniqueName]struct{}),
+		unresolved:     make(map[string]UnresolvedAttachment),
+		unresolvedByPV: make(map[string]map[string]struct{}),
 	}
 }
 
-// Observe records what a VolumeAttachment says, keeping the controller's own marks.
-// It reports whether the node status should change as a result.
+// Observe records what the informer shows of a VolumeAttachment. It reports
+// whether the node's status should change as a result.
 func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.observeLocked(o)
+	s.forgetUnresolvedLocked(o.VolumeAttachment)
+	att := s.objects[o.VolumeAttachment]
+	if att != nil && (att.Volume != o.Volume || att.Node != o.Node) {
+		nodeStatusChanged = s.removeLocked(att)
+		att = nil
+	}
+	p := s.pairLocked(o.Volume, o.Node)
+	wasReported := p.reported()
+	if att == nil || (att.UID != "" && att.UID != o.UID) {
+		att = &Attachment{}
+	}
+	*att = Attachment{
+		Volume:           o.Volume,
+		Node:             o.Node,
+		VolumeAttachment: o.VolumeAttachment,
+		UID:              o.UID,
+		Seen:             true,
+		Attached:         o.Attached,
+		Deleting:         o.Deleting,
+		AttachError:      o.AttachError,
+		MultiAttach:      o.MultiAttach,
+	}
+	s.objects[o.VolumeAttachment] = att
+	p.objects[o.VolumeAttachment] = att
+	return nodeStatusChanged || wasReported != p.reported()
 }
 
-// ObserveCreated records a VolumeAttachment the controller has just created, unless
-// the informer has recorded that very object (same UID) already: by then the
-// external-attacher may have attached it, and the new object's empty status must
-// not overwrite that.
-func (s *ActualState) ObserveCreated(o Observation) {
+// BeginCreate records, before the controller sends the create, that the
+// VolumeAttachment may exist from now on. It returns false, recording nothing,
+// when an object of that name is recorded already.
+func (s *ActualState) BeginCreate(volume csivolume.UniqueName, node, name string, multiAttach bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if att, ok := s.byObject[o.VolumeAttachment]; ok && att.UID == o.UID {
-		return
+	if _, ok := s.objects[name]; ok {
+		return false
 	}
-	s.observeLocked(o)
+	att := &Attachment{Volume: volume, Node: node, VolumeAttachment: name, MultiAttach: multiAttach}
+	s.objects[name] = att
+	s.pairLocked(volume, node).objects[name] = att
+	return true
 }
 
-func (s *ActualState) observeLocked(o Observation) (nodeStatusChanged bool) {
-	s.forgetUnresolvedLocked(o.VolumeAttachment)
-	if old, ok := s.byObject[o.VolumeAttachment]; ok && (old.Volume != o.Volume || old.Node != o.Node) {
-		s.removeLocked(old)
+// Created records the UID the API server gave an object the controller created,
+// unless the informer has shown that object, or shown it gone, in the meantime.
+func (s *ActualState) Created(name string, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if att, ok := s.objects[name]; ok && !att.Seen && att.UID == "" {
+		att.UID = uid
 	}
-	att, ok := s.volumes[o.Volume][o.Node]
-	if !ok {
-		att = &Attachment{Volume: o.Volume, Node: o.Node}
-		nodes, ok := s.volumes[o.Volume]
-		if !ok {
-			nodes = make(map[string]*Attachment)
-			s.volumes[o.Volume] = nodes
-		}
-		nodes[o.Node] = att
-		addToIndex(s.nodeVols, o.Node, o.Volume)
-	}
-	wasReported := att.Reported()
-	if att.UID != "" && o.UID != "" && att.UID != o.UID {
-		// A new object of the same name: the marks were about the old one.
-		att.Deleting, att.HiddenFromNodeStatus, att.DetachWantedSince = false, false, time.Time{}
-	}
-	att.VolumeAttachment = o.VolumeAttachment
-	att.UID = o.UID
-	att.Attached = o.Attached
-	att.Deleting = att.Deleting || o.Deleting
-	att.AttachError = o.AttachError
-	s.byObject[o.VolumeAttachment] = att
-	return wasReported != att.Reported()
 }
 
 // ObserveUnresolved records a VolumeAttachment whose volume cannot be identified
 // yet (its PV is missing); it still holds the PV it names.
-func (s *ActualState) ObserveUnresolved(u UnresolvedAttachment) {
+func (s *ActualState) ObserveUnresolved(u UnresolvedAttachment) (nodeStatusChanged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.byObject[u.VolumeAttachment]; ok {
-		s.removeLocked(old)
+	if old, ok := s.objects[u.VolumeAttachment]; ok {
+		nodeStatusChanged = s.removeLocked(old)
 	}
 	s.forgetUnresolvedLocked(u.VolumeAttachment)
 	s.unresolved[u.VolumeAttachment] = u
 	if u.PVName != "" {
-		addToIndex(s.unresolvedP, u.PVName, u.VolumeAttachment)
+		addToIndex(s.unresolvedByPV, u.PVName, u.VolumeAttachment)
 	}
-}
-
-// UnresolvedHolders returns the nodes other than except where a VolumeAttachment
-// of unknown volume names the PV.
-func (s *ActualState) UnresolvedHolders(pvName, except string) []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var nodes []string
-	for name := range s.unresolvedP[pvName] {
-		if n := s.unresolved[name].Node; n != except {
-			nodes = append(nodes, n)
-		}
-	}
-	slices.Sort(nodes)
-	return nodes
+	return nodeStatusChanged
 }
 
 // UnresolvedForPV returns the unidentified VolumeAttachments that name the PV.
 func (s *ActualState) UnresolvedForPV(pvName string) []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Sorted(maps.Keys(s.unresolvedP[pvName]))
+	return slices.Sorted(maps.Keys(s.unresolvedByPV[pvName]))
 }
 
-// Forget removes the attachment recorded for a VolumeAttachment that is gone and
-// returns it.
-func (s *ActualState) Forget(volumeAttachment string) (Attachment, bool) {
+// Forget removes what is recorded of a VolumeAttachment that is gone: any object
+// of that name when uid is empty, else only the object with that UID. It returns
+// the attachment it removed.
+func (s *ActualState) Forget(name string, uid types.UID) (Attachment, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forgetUnresolvedLocked(volumeAttachment)
-	att, ok := s.byObject[volumeAttachment]
-	if !ok {
+	s.forgetUnresolvedLocked(name)
+	att, ok := s.objects[name]
+	if !ok || (uid != "" && att.UID != "" && att.UID != uid) {
 		return Attachment{}, false
 	}
 	s.removeLocked(att)
 	return *att, true
 }
 
-func (s *ActualState) removeLocked(att *Attachment) {
-	delete(s.byObject, att.VolumeAttachment)
-	if nodes, ok := s.volumes[att.Volume]; ok && nodes[att.Node] == att {
+// removeLocked drops one object and reports whether its node's status changes.
+func (s *ActualState) removeLocked(att *Attachment) bool {
+	delete(s.objects, att.VolumeAttachment)
+	nodes := s.pairs[att.Volume]
+	p, ok := nodes[att.Node]
+	if !ok || p.objects[att.VolumeAttachment] != att {
+		return false
+	}
+	wasReported := p.reported()
+	delete(p.objects, att.VolumeAttachment)
+	if len(p.objects) == 0 {
 		delete(nodes, att.Node)
 		if len(nodes) == 0 {
-			delete(s.volumes, att.Volume)
+			delete(s.pairs, att.Volume)
 		}
 		removeFromIndex(s.nodeVols, att.Node, att.Volume)
+		return wasReported
 	}
+	return wasReported != p.reported()
 }
 
-func (s *ActualState) forgetUnresolvedLocked(volumeAttachment string) {
-	u, ok := s.unresolved[volumeAttachment]
+func (s *ActualState) pairLocked(volume csivolume.UniqueName, node string) *pair {
+	nodes, ok := s.pairs[volume]
+	if !ok {
+		nodes = make(map[string]*pair)
+		s.pairs[volume] = nodes
+	}
+	p, ok := nodes[node]
+	if !ok {
+		p = &pair{objects: make(map[string]*Attachment)}
+		nodes[node] = p
+		addToIndex(s.nodeVols, node, volume)
+	}
+	return p
+}
+
+func (s *ActualState) forgetUnresolvedLocked(name string) {
+	u, ok := s.unresolved[name]
 	if !ok {
 		return
 	}
-	delete(s.unresolved, volumeAttachment)
-	removeFromIndex(s.unresolvedP, u.PVName, volumeAttachment)
+	delete(s.unresolved, name)
+	removeFromIndex(s.unresolvedByPV, u.PVName, name)
 }
 
-// Attachments returns copies of the volume's attachments, sorted by node.
-func (s *ActualState) Attachments(name csivolume.UniqueName) []Attachment {
+// Volume returns what exists of the volume on each node, sorted by node.
+func (s *ActualState) Volume(name csivolume.UniqueName) []OnNode {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	nodes := s.volumes[name]
-	out := make([]Attachment, 0, len(nodes))
-	for _, att := range nodes {
-		out = append(out, *att)
+	nodes := s.pairs[name]
+	out := make([]OnNode, 0, len(nodes))
+	for _, node := range slices.Sorted(maps.Keys(nodes)) {
+		out = append(out, nodes[node].view(name, node))
 	}
-	slices.SortFunc(out, func(a, b Attachment) int {
-		if a.Node < b.Node {
-			return -1
-		}
-		if a.Node > b.Node {
-			return 1
-		}
-		return 0
-	})
 	return out
 }
 
-// Get returns the attachment of the volume on the node.
-func (s *ActualState) Get(name csivolume.UniqueName, node string) (Attachment, bool) {
+// Get returns what exists of the volume on the node.
+func (s *ActualState) Get(name csivolume.UniqueName, node string) (OnNode, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	att, ok := s.volumes[name][node]
+	p, ok := s.pairs[name][node]
+	if !ok {
+		return OnNode{}, false
+	}
+	return p.view(name, node), true
+}
+
+// Object returns the attachment recorded under a VolumeAttachment name.
+func (s *ActualState) Object(name string) (Attachment, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	att, ok := s.objects[name]
 	if !ok {
 		return Attachment{}, false
 	}
 	return *att, true
+}
+
+// ObjectNames returns the name of every VolumeAttachment recorded, identified or
+// not, with the UID known for it (empty while a create has no answer).
+func (s *ActualState) ObjectNames() map[string]types.UID {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]types.UID, len(s.objects)+len(s.unresolved))
+	for name, att := range s.objects {
+		if att.Seen {
+			out[name] = att.UID
+		}
+	}
+	for name := range s.unresolved {
+		out[name] = ""
+	}
+	return out
+}
+
+// Holders returns, sorted, the nodes other than except that hold the volume: a
+// VolumeAttachment for it exists there, or may exist (a create without an answer),
+// or a VolumeAttachment of unknown volume names the volume's PV there.
+func (s *ActualState) Holders(name csivolume.UniqueName, pvName, except string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	set := make(map[string]struct{})
+	for node := range s.pairs[name] {
+		if node != except {
+			set[node] = struct{}{}
+		}
+	}
+	if pvName != "" {
+		for va := range s.unresolvedByPV[pvName] {
+			if n := s.unresolved[va].Node; n != except {
+				set[n] = struct{}{}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // VolumesOnNode returns the volumes with an attachment on the node.
@@ -239,16 +364,26 @@ func (s *ActualState) VolumesOnNode(node string) []csivolume.UniqueName {
 	return sortedVolumeNames(s.nodeVols[node])
 }
 
+// HasNode tells whether anything is recorded on the node, identified or not.
+func (s *ActualState) HasNode(node string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.nodeVols[node]) > 0 {
+		return true
+	}
+	for _, u := range s.unresolved {
+		if u.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
 // Volumes returns every volume with an attachment somewhere.
 func (s *ActualState) Volumes() []csivolume.UniqueName {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]csivolume.UniqueName, 0, len(s.volumes))
-	for name := range s.volumes {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(s.pairs))
 }
 
 // ReportedVolumes returns, sorted, the volumes node.status.volumesAttached of the
@@ -258,7 +393,7 @@ func (s *ActualState) ReportedVolumes(node string) []csivolume.UniqueName {
 	defer s.mu.RUnlock()
 	out := make([]csivolume.UniqueName, 0, len(s.nodeVols[node]))
 	for name := range s.nodeVols[node] {
-		if s.volumes[name][node].Reported() {
+		if s.pairs[name][node].reported() {
 			out = append(out, name)
 		}
 	}
@@ -266,58 +401,59 @@ func (s *ActualState) ReportedVolumes(node string) []csivolume.UniqueName {
 	return out
 }
 
-// SetHiddenFromNodeStatus marks or unmarks the attachment as one node status must
-// not list. It reports whether anything changed.
+// SetHiddenFromNodeStatus marks or unmarks the volume on the node as one node
+// status must not list. It reports whether the node's status changes.
 func (s *ActualState) SetHiddenFromNodeStatus(name csivolume.UniqueName, node string, hidden bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	att, ok := s.volumes[name][node]
-	if !ok || att.HiddenFromNodeStatus == hidden {
+	p, ok := s.pairs[name][node]
+	if !ok || p.hidden == hidden {
 		return false
 	}
-	att.HiddenFromNodeStatus = hidden
-	return true
+	was := p.reported()
+	p.hidden = hidden
+	return was != p.reported()
 }
 
-// MarkDeleting records that deletion of the attachment's VolumeAttachment was
-// requested.
-func (s *ActualState) MarkDeleting(name csivolume.UniqueName, node string) {
+// MarkDeleting records that the API server accepted the delete of the object.
+func (s *ActualState) MarkDeleting(name string, uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if att, ok := s.volumes[name][node]; ok {
+	if att, ok := s.objects[name]; ok && (uid == "" || att.UID == "" || att.UID == uid) {
 		att.Deleting = true
 	}
 }
 
-// DetachWantedSince returns when a detach of the mounted volume was first wanted,
-// recording now as that moment if no wait was running.
-func (s *ActualState) DetachWantedSince(name csivolume.UniqueName, node string, now time.Time) time.Time {
+// StartUnmountWait starts the wait for kubelet to unmount the volume from the
+// node, unless it runs already, and returns when it started.
+func (s *ActualState) StartUnmountWait(name csivolume.UniqueName, node string, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	att, ok := s.volumes[name][node]
+	p, ok := s.pairs[name][node]
 	if !ok {
 		return now
 	}
-	if att.DetachWantedSince.IsZero() {
-		att.DetachWantedSince = now
+	if p.unmountWaitStarted.IsZero() {
+		p.unmountWaitStarted = now
 	}
-	return att.DetachWantedSince
+	return p.unmountWaitStarted
 }
 
-// ClearDetachWanted ends a wait for unmount: the volume is wanted again.
-func (s *ActualState) ClearDetachWanted(name csivolume.UniqueName, node string) {
+// EndUnmountWait ends a wait for unmount: the volume is wanted on the node again.
+func (s *ActualState) EndUnmountWait(name csivolume.UniqueName, node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if att, ok := s.volumes[name][node]; ok {
-		att.DetachWantedSince = time.Time{}
+	if p, ok := s.pairs[name][node]; ok {
+		p.unmountWaitStarted = time.Time{}
 	}
 }
 
-// Counts returns how many attachments exist and how many of them are attached.
+// Counts returns how many VolumeAttachments are recorded and how many of them are
+// attached.
 func (s *ActualState) Counts() (total, attached int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, att := range s.byObject {
+	for _, att := range s.objects {
 		total++
 		if att.Attached {
 			attached++

@@ -81,18 +81,19 @@ func TestObserveReportsNodeStatusChanges(t *testing.T) {
 
 func TestObserveKeepsControllerMarks(t *testing.T) {
 	s := cache.NewActualState()
-	s.Observe(observation(volA, "node-1", true))
+	o := observation(volA, "node-1", true)
+	s.Observe(o)
 	s.SetHiddenFromNodeStatus(volA.Name, "node-1", true)
-	s.MarkDeleting(volA.Name, "node-1")
-	s.Observe(observation(volA, "node-1", true))
-	att, ok := s.Get(volA.Name, "node-1")
+	s.MarkDeleting(o.VolumeAttachment, o.UID)
+	s.Observe(o)
+	on, ok := s.Get(volA.Name, "node-1")
 	if !ok {
 		t.Fatal("attachment missing")
 	}
-	if !att.HiddenFromNodeStatus || !att.Deleting {
-		t.Errorf("after a new observation hidden = %v deleting = %v, want both kept", att.HiddenFromNodeStatus, att.Deleting)
+	if !on.HiddenFromNodeStatus {
+		t.Error("after a new observation the volume is no longer hidden")
 	}
-	if att.Reported() {
+	if on.Reported() {
 		t.Error("hidden attachment is reported")
 	}
 }
@@ -102,14 +103,15 @@ func TestObserveCopiesTheObject(t *testing.T) {
 	o := observation(volA, "node-1", false)
 	o.AttachError = "boom"
 	o.Deleting = true
+	o.MultiAttach = true
 	s.Observe(o)
-	got, ok := s.Get(volA.Name, "node-1")
+	got, ok := s.Object(o.VolumeAttachment)
 	want := cache.Attachment{
-		Volume: volA.Name, Node: "node-1", VolumeAttachment: o.VolumeAttachment, UID: o.UID,
-		AttachError: "boom", Deleting: true,
+		Volume: volA.Name, Node: "node-1", VolumeAttachment: o.VolumeAttachment, UID: o.UID, Seen: true,
+		AttachError: "boom", Deleting: true, MultiAttach: true,
 	}
 	if !ok || got != want {
-		t.Errorf("Get() = %+v, %v, want %+v", got, ok, want)
+		t.Errorf("Object() = %+v, %v, want %+v", got, ok, want)
 	}
 }
 
@@ -130,23 +132,114 @@ func TestObserveMovedObject(t *testing.T) {
 	}
 }
 
-func TestReported(t *testing.T) {
+func TestOnNode(t *testing.T) {
+	attached := cache.Attachment{Attached: true, MultiAttach: true}
+	deleting := cache.Attachment{Deleting: true, MultiAttach: true}
+	single := cache.Attachment{}
 	tests := []struct {
-		name string
-		att  cache.Attachment
-		want bool
+		name                                  string
+		on                                    cache.OnNode
+		reported, isAttached, deleting, multi bool
 	}{
-		{"attached", cache.Attachment{Attached: true}, true},
-		{"not attached", cache.Attachment{}, false},
-		{"attached but hidden", cache.Attachment{Attached: true, HiddenFromNodeStatus: true}, false},
-		{"attached and deleting", cache.Attachment{Attached: true, Deleting: true}, true},
+		{"attached", cache.OnNode{Objects: []cache.Attachment{attached}}, true, true, false, true},
+		{"not attached", cache.OnNode{Objects: []cache.Attachment{single}}, false, false, false, false},
+		{"attached but hidden", cache.OnNode{Objects: []cache.Attachment{attached}, HiddenFromNodeStatus: true}, false, true, false, true},
+		{"attached and deleting", cache.OnNode{Objects: []cache.Attachment{{Attached: true, Deleting: true}}}, true, true, true, false},
+		{"one of two deleting", cache.OnNode{Objects: []cache.Attachment{attached, deleting}}, true, true, false, true},
+		{"both deleting", cache.OnNode{Objects: []cache.Attachment{deleting, deleting}}, false, false, true, true},
+		{"one says single-attach", cache.OnNode{Objects: []cache.Attachment{attached, single}}, true, true, false, false},
+		{"no objects", cache.OnNode{}, false, false, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.att.Reported(); got != tc.want {
-				t.Errorf("Reported() = %v, want %v", got, tc.want)
+			if got := tc.on.Reported(); got != tc.reported {
+				t.Errorf("Reported() = %v, want %v", got, tc.reported)
+			}
+			if got := tc.on.Attached(); got != tc.isAttached {
+				t.Errorf("Attached() = %v, want %v", got, tc.isAttached)
+			}
+			if got := tc.on.Deleting(); got != tc.deleting {
+				t.Errorf("Deleting() = %v, want %v", got, tc.deleting)
+			}
+			if got := tc.on.MultiAttach(); got != tc.multi {
+				t.Errorf("MultiAttach() = %v, want %v", got, tc.multi)
 			}
 		})
+	}
+}
+
+// Two VolumeAttachments of different names for one volume and node (another tool
+// made the second) each hold the volume: deleting one leaves the other holding it.
+func TestEveryObjectHoldsTheVolume(t *testing.T) {
+	s := cache.NewActualState()
+	ours := observation(volA, "node-1", true)
+	theirs := ours
+	theirs.VolumeAttachment, theirs.UID = "made-by-another-tool", "uid-other"
+	s.Observe(ours)
+	s.Observe(theirs)
+	if on, _ := s.Get(volA.Name, "node-1"); len(on.Objects) != 2 {
+		t.Fatalf("objects on node-1 = %+v, want both", on.Objects)
+	}
+	s.Forget(theirs.VolumeAttachment, theirs.UID)
+	if got, want := s.Holders(volA.Name, "", "node-2"), []string{"node-1"}; !slices.Equal(got, want) {
+		t.Errorf("Holders() after the other object went = %q, want %q: the controller's object still exists", got, want)
+	}
+	if got, want := s.ReportedVolumes("node-1"), names(volA); !slices.Equal(got, want) {
+		t.Errorf("ReportedVolumes(node-1) = %q, want %q", got, want)
+	}
+}
+
+// A create the controller sent holds the volume before any answer comes.
+func TestBeginCreateHoldsTheVolume(t *testing.T) {
+	s := cache.NewActualState()
+	name := csivolume.AttachmentName(volA.Handle, volA.Driver, "node-1")
+	if !s.BeginCreate(volA.Name, "node-1", name, false) {
+		t.Fatal("BeginCreate() = false on an empty state")
+	}
+	if s.BeginCreate(volA.Name, "node-1", name, false) {
+		t.Error("BeginCreate() twice = true, want false: the object is recorded")
+	}
+	if got, want := s.Holders(volA.Name, "", "node-2"), []string{"node-1"}; !slices.Equal(got, want) {
+		t.Errorf("Holders() = %q, want %q", got, want)
+	}
+	if got := s.ReportedVolumes("node-1"); len(got) != 0 {
+		t.Errorf("ReportedVolumes() = %q, want none before it is attached", got)
+	}
+	if _, ok := s.ObjectNames()[name]; ok {
+		t.Error("ObjectNames() lists an object the informer never showed")
+	}
+	s.Created(name, "uid-1")
+	if att, _ := s.Object(name); att.UID != "uid-1" || att.Seen {
+		t.Errorf("after Created: %+v, want UID uid-1, not seen", att)
+	}
+}
+
+// The informer can show the object created and deleted before the create's answer
+// is handled: the answer must not bring it back.
+func TestCreatedAfterTheInformerSawTheObjectGo(t *testing.T) {
+	s := cache.NewActualState()
+	o := observation(volA, "node-1", true)
+	s.BeginCreate(volA.Name, "node-1", o.VolumeAttachment, false)
+	s.Observe(o)
+	s.Forget(o.VolumeAttachment, o.UID)
+	s.Created(o.VolumeAttachment, o.UID)
+	if got := s.Holders(volA.Name, "", "node-2"); len(got) != 0 {
+		t.Errorf("Holders() = %q, want none: the object is gone", got)
+	}
+	if total, _ := s.Counts(); total != 0 {
+		t.Errorf("Counts() total = %d, want 0", total)
+	}
+}
+
+func TestForgetOnlyTheObjectWithThatUID(t *testing.T) {
+	s := cache.NewActualState()
+	o := observation(volA, "node-1", true)
+	s.Observe(o)
+	if _, ok := s.Forget(o.VolumeAttachment, "uid-of-an-older-object"); ok {
+		t.Error("Forget() with another UID removed the current object")
+	}
+	if _, ok := s.Forget(o.VolumeAttachment, o.UID); !ok {
+		t.Error("Forget() with the object's UID found nothing")
 	}
 }
 
@@ -188,20 +281,20 @@ func TestForget(t *testing.T) {
 	o := observation(volA, "node-1", true)
 	s.Observe(o)
 	s.Observe(observation(volA, "node-2", true))
-	got, ok := s.Forget(o.VolumeAttachment)
+	got, ok := s.Forget(o.VolumeAttachment, "")
 	if !ok || got.Node != "node-1" || got.Volume != volA.Name {
 		t.Errorf("Forget() = %+v, %v, want the node-1 attachment", got, ok)
 	}
 	if _, ok := s.Get(volA.Name, "node-1"); ok {
 		t.Error("forgotten attachment still there")
 	}
-	if atts := s.Attachments(volA.Name); len(atts) != 1 || atts[0].Node != "node-2" {
-		t.Errorf("Attachments() = %+v, want node-2 only", atts)
+	if atts := s.Volume(volA.Name); len(atts) != 1 || atts[0].Node != "node-2" {
+		t.Errorf("Volume() = %+v, want node-2 only", atts)
 	}
-	if _, ok := s.Forget(o.VolumeAttachment); ok {
+	if _, ok := s.Forget(o.VolumeAttachment, ""); ok {
 		t.Error("Forget() twice found the attachment again")
 	}
-	s.Forget(csivolume.AttachmentName(volA.Handle, volA.Driver, "node-2"))
+	s.Forget(csivolume.AttachmentName(volA.Handle, volA.Driver, "node-2"), "")
 	if got := s.Volumes(); len(got) != 0 {
 		t.Errorf("Volumes() = %q after forgetting everything, want none", got)
 	}
@@ -213,7 +306,7 @@ func TestAttachmentsSortedByNode(t *testing.T) {
 		s.Observe(observation(volA, n, true))
 	}
 	var got []string
-	for _, a := range s.Attachments(volA.Name) {
+	for _, a := range s.Volume(volA.Name) {
 		got = append(got, a.Node)
 	}
 	if want := []string{"node-a", "node-b", "node-c"}; !slices.Equal(got, want) {
@@ -221,26 +314,26 @@ func TestAttachmentsSortedByNode(t *testing.T) {
 	}
 }
 
-func TestDetachWanted(t *testing.T) {
+func TestUnmountWait(t *testing.T) {
 	s := cache.NewActualState()
 	s.Observe(observation(volA, "node-1", true))
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	if got := s.DetachWantedSince(volA.Name, "node-1", t0); !got.Equal(t0) {
-		t.Errorf("first DetachWantedSince = %v, want %v", got, t0)
+	if got := s.StartUnmountWait(volA.Name, "node-1", t0); !got.Equal(t0) {
+		t.Errorf("first StartUnmountWait = %v, want %v", got, t0)
 	}
-	if got := s.DetachWantedSince(volA.Name, "node-1", t0.Add(time.Minute)); !got.Equal(t0) {
-		t.Errorf("second DetachWantedSince = %v, want the first moment %v", got, t0)
+	if got := s.StartUnmountWait(volA.Name, "node-1", t0.Add(time.Minute)); !got.Equal(t0) {
+		t.Errorf("second StartUnmountWait = %v, want the first moment %v", got, t0)
 	}
-	if att, _ := s.Get(volA.Name, "node-1"); !att.DetachWantedSince.Equal(t0) {
-		t.Errorf("Attachment.DetachWantedSince = %v, want %v", att.DetachWantedSince, t0)
+	if on, _ := s.Get(volA.Name, "node-1"); !on.UnmountWaitStarted.Equal(t0) {
+		t.Errorf("OnNode.UnmountWaitStarted = %v, want %v", on.UnmountWaitStarted, t0)
 	}
-	s.ClearDetachWanted(volA.Name, "node-1")
+	s.EndUnmountWait(volA.Name, "node-1")
 	t1 := t0.Add(2 * time.Minute)
-	if got := s.DetachWantedSince(volA.Name, "node-1", t1); !got.Equal(t1) {
-		t.Errorf("DetachWantedSince after Clear = %v, want a new wait from %v", got, t1)
+	if got := s.StartUnmountWait(volA.Name, "node-1", t1); !got.Equal(t1) {
+		t.Errorf("StartUnmountWait after End = %v, want a new wait from %v", got, t1)
 	}
-	if got := s.DetachWantedSince(volB.Name, "node-1", t1); !got.Equal(t1) {
-		t.Errorf("DetachWantedSince of a missing attachment = %v, want now", got)
+	if got := s.StartUnmountWait(volB.Name, "node-1", t1); !got.Equal(t1) {
+		t.Errorf("StartUnmountWait of a missing attachment = %v, want now", got)
 	}
 }
 
@@ -250,11 +343,11 @@ func TestUnresolvedAttachments(t *testing.T) {
 	s.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: "va-2", PVName: "pv-a", Node: "node-2"})
 	s.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: "va-3", PVName: "pv-b", Node: "node-3"})
 
-	if got, want := s.UnresolvedHolders("pv-a", "node-9"), []string{"node-1", "node-2"}; !slices.Equal(got, want) {
-		t.Errorf("UnresolvedHolders(pv-a) = %q, want %q", got, want)
+	if got, want := s.Holders(volA.Name, "pv-a", "node-9"), []string{"node-1", "node-2"}; !slices.Equal(got, want) {
+		t.Errorf("Holders(pv-a) = %q, want %q", got, want)
 	}
-	if got, want := s.UnresolvedHolders("pv-a", "node-1"), []string{"node-2"}; !slices.Equal(got, want) {
-		t.Errorf("UnresolvedHolders(pv-a, except node-1) = %q, want %q", got, want)
+	if got, want := s.Holders(volA.Name, "pv-a", "node-1"), []string{"node-2"}; !slices.Equal(got, want) {
+		t.Errorf("Holders(pv-a, except node-1) = %q, want %q", got, want)
 	}
 	if got, want := s.UnresolvedForPV("pv-a"), []string{"va-1", "va-2"}; !slices.Equal(got, want) {
 		t.Errorf("UnresolvedForPV(pv-a) = %q, want %q", got, want)
@@ -267,9 +360,9 @@ func TestUnresolvedAttachments(t *testing.T) {
 	if got, want := s.UnresolvedForPV("pv-a"), []string{"va-2"}; !slices.Equal(got, want) {
 		t.Errorf("UnresolvedForPV(pv-a) after resolving va-1 = %q, want %q", got, want)
 	}
-	s.Forget("va-2")
-	if got := s.UnresolvedHolders("pv-a", ""); len(got) != 0 {
-		t.Errorf("UnresolvedHolders(pv-a) after forgetting va-2 = %q, want none", got)
+	s.Forget("va-2", "")
+	if got, want := s.Holders(volB.Name, "pv-a", ""), []string(nil); !slices.Equal(got, want) {
+		t.Errorf("Holders(pv-a) after forgetting va-2 = %q, want none", got)
 	}
 	if total, attached := s.Counts(); total != 2 || attached != 1 {
 		t.Errorf("Counts() = %d, %d, want 2, 1", total, attached)
@@ -279,8 +372,8 @@ func TestUnresolvedAttachments(t *testing.T) {
 	if _, ok := s.Get(volA.Name, "node-1"); ok {
 		t.Error("resolved attachment kept after its object became unresolved")
 	}
-	if got, want := s.UnresolvedHolders("pv-a", ""), []string{"node-1"}; !slices.Equal(got, want) {
-		t.Errorf("UnresolvedHolders(pv-a) = %q, want %q", got, want)
+	if got, want := s.Holders(volB.Name, "pv-a", ""), []string{"node-1"}; !slices.Equal(got, want) {
+		t.Errorf("Holders(pv-a) = %q, want %q", got, want)
 	}
 }
 
@@ -288,16 +381,13 @@ func TestObserveReplacementObjectStartsAfresh(t *testing.T) {
 	s := cache.NewActualState()
 	old := observation(volA, "node-1", true)
 	s.Observe(old)
-	s.SetHiddenFromNodeStatus(volA.Name, "node-1", true)
-	s.MarkDeleting(volA.Name, "node-1")
+	s.MarkDeleting(old.VolumeAttachment, old.UID)
 
 	replacement := old
 	replacement.UID = "uid-replacement"
-	if !s.Observe(replacement) {
-		t.Error("Observe() of an attached replacement = false, want a node status change")
-	}
-	att, _ := s.Get(volA.Name, "node-1")
-	if att.Deleting || att.HiddenFromNodeStatus || !att.Reported() {
-		t.Errorf("replacement attachment = %+v, want not deleting, not hidden, reported", att)
+	s.Observe(replacement)
+	att, _ := s.Object(old.VolumeAttachment)
+	if att.Deleting || att.UID != replacement.UID || !att.Attached {
+		t.Errorf("replacement attachment = %+v, want not deleting, the new UID, attached", att)
 	}
 }

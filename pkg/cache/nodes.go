@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"maps"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,26 +19,39 @@ const (
 	OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 )
 
+// NodePresence says what the controller knows of a node's object.
+type NodePresence int
+
+const (
+	// NodeUnknown: nothing was ever seen of the node (for instance a
+	// VolumeAttachment names a node deleted before the controller started).
+	NodeUnknown NodePresence = iota
+	// NodePresent: the Node object exists.
+	NodePresent
+	// NodeDeleted: the Node object was seen and is gone; what it last reported
+	// still counts.
+	NodeDeleted
+)
+
 // Node is what the detach and attach rules need to know of a node.
 type Node struct {
-	Name string
-	// Exists is false for a node that was deleted, or that was never seen.
-	Exists       bool
+	Name         string
+	Presence     NodePresence
 	Managed      bool
 	Ready        bool
 	OutOfService bool
 	// InUse holds the volumes kubelet lists in status.volumesInUse; for a deleted
 	// node, the last list it reported.
 	InUse map[csivolume.UniqueName]struct{}
-	// Known is false when nothing was ever seen of the node (for instance a
-	// VolumeAttachment names a node deleted before the controller started).
-	Known bool
 }
+
+// Exists tells whether the Node object exists.
+func (n Node) Exists() bool { return n.Presence == NodePresent }
 
 // Mounted tells whether kubelet may still have the volume mounted on the node.
 // Nothing known of the node means it may.
 func (n Node) Mounted(name csivolume.UniqueName) bool {
-	if !n.Known {
+	if n.Presence == NodeUnknown {
 		return true
 	}
 	_, ok := n.InUse[name]
@@ -46,26 +61,35 @@ func (n Node) Mounted(name csivolume.UniqueName) bool {
 // NodeFromObject reads a Node object.
 func NodeFromObject(node *v1.Node) Node {
 	n := Node{
-		Name:    node.Name,
-		Exists:  true,
-		Known:   true,
-		Managed: node.Annotations[ManagedAnnotation] == "true",
-		InUse:   make(map[csivolume.UniqueName]struct{}, len(node.Status.VolumesInUse)),
-	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			n.Ready = c.Status == v1.ConditionTrue
-		}
-	}
-	for _, t := range node.Spec.Taints {
-		if t.Key == OutOfServiceTaint {
-			n.OutOfService = true
-		}
+		Name:         node.Name,
+		Presence:     NodePresent,
+		Managed:      IsManaged(node),
+		Ready:        IsReady(node),
+		OutOfService: IsOutOfService(node),
+		InUse:        make(map[csivolume.UniqueName]struct{}, len(node.Status.VolumesInUse)),
 	}
 	for _, name := range node.Status.VolumesInUse {
 		n.InUse[csivolume.UniqueName(name)] = struct{}{}
 	}
 	return n
+}
+
+// IsManaged tells whether the node's volumes are this controller's business.
+func IsManaged(node *v1.Node) bool { return node.Annotations[ManagedAnnotation] == "true" }
+
+// IsReady tells whether the node's Ready condition is True.
+func IsReady(node *v1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// IsOutOfService tells whether the node carries the out-of-service taint.
+func IsOutOfService(node *v1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == OutOfServiceTaint })
 }
 
 // Nodes remembers every node the controller has seen, including deleted ones,
@@ -94,9 +118,9 @@ func (n *Nodes) MarkDeleted(name string) {
 	defer n.mu.Unlock()
 	node, ok := n.nodes[name]
 	if !ok {
-		node = Node{Name: name, Known: false}
+		return
 	}
-	node.Exists = false
+	node.Presence = NodeDeleted
 	node.Ready = false
 	n.nodes[name] = node
 }
@@ -105,12 +129,12 @@ func (n *Nodes) MarkDeleted(name string) {
 func (n *Nodes) Forget(name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if node, ok := n.nodes[name]; ok && !node.Exists {
+	if node, ok := n.nodes[name]; ok && node.Presence == NodeDeleted {
 		delete(n.nodes, name)
 	}
 }
 
-// Get returns what is known of the node; Known is false when nothing is.
+// Get returns what is known of the node; its Presence is NodeUnknown when nothing is.
 func (n *Nodes) Get(name string) Node {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
@@ -119,4 +143,11 @@ func (n *Nodes) Get(name string) Node {
 		return Node{Name: name}
 	}
 	return node
+}
+
+// Names returns the name of every node remembered, deleted ones included.
+func (n *Nodes) Names() []string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return slices.Sorted(maps.Keys(n.nodes))
 }

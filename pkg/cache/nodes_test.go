@@ -71,8 +71,8 @@ func TestNodeFromObject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.node.Name = "node-1"
 			n := cache.NodeFromObject(&tc.node)
-			if n.Name != "node-1" || !n.Exists || !n.Known {
-				t.Errorf("name %q exists %v known %v, want node-1 true true", n.Name, n.Exists, n.Known)
+			if n.Name != "node-1" || n.Presence != cache.NodePresent {
+				t.Errorf("name %q presence %v, want node-1 present", n.Name, n.Presence)
 			}
 			if n.Managed != tc.wantManaged || n.Ready != tc.wantReady || n.OutOfService != tc.wantOutOfService {
 				t.Errorf("managed %v ready %v out-of-service %v, want %v %v %v",
@@ -122,17 +122,16 @@ func TestNodeMounted(t *testing.T) {
 
 func TestNodesRegister(t *testing.T) {
 	tests := []struct {
-		name        string
-		steps       func(n *cache.Nodes)
-		wantExists  bool
-		wantKnown   bool
-		wantReady   bool
-		wantManaged bool
+		name         string
+		steps        func(n *cache.Nodes)
+		wantPresence cache.NodePresence
+		wantReady    bool
+		wantManaged  bool
 	}{
 		{
-			name:       "set",
-			steps:      func(n *cache.Nodes) { n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1"))) },
-			wantExists: true, wantKnown: true, wantReady: true, wantManaged: true,
+			name:         "set",
+			steps:        func(n *cache.Nodes) { n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1"))) },
+			wantPresence: cache.NodePresent, wantReady: true, wantManaged: true,
 		},
 		{
 			name: "deleted keeps what it was, not ready",
@@ -140,7 +139,7 @@ func TestNodesRegister(t *testing.T) {
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
 				n.MarkDeleted("node-1")
 			},
-			wantKnown: true, wantManaged: true,
+			wantPresence: cache.NodeDeleted, wantManaged: true,
 		},
 		{
 			name: "forgotten after deletion",
@@ -156,7 +155,7 @@ func TestNodesRegister(t *testing.T) {
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
 				n.Forget("node-1")
 			},
-			wantExists: true, wantKnown: true, wantReady: true, wantManaged: true,
+			wantPresence: cache.NodePresent, wantReady: true, wantManaged: true,
 		},
 		{
 			name: "created again after deletion",
@@ -165,7 +164,7 @@ func TestNodesRegister(t *testing.T) {
 				n.MarkDeleted("node-1")
 				n.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1")))
 			},
-			wantExists: true, wantKnown: true, wantReady: true, wantManaged: true,
+			wantPresence: cache.NodePresent, wantReady: true, wantManaged: true,
 		},
 		{
 			name:  "never seen",
@@ -180,9 +179,9 @@ func TestNodesRegister(t *testing.T) {
 			if n.Name != "node-1" {
 				t.Errorf("Name = %q, want node-1", n.Name)
 			}
-			if n.Exists != tc.wantExists || n.Known != tc.wantKnown || n.Ready != tc.wantReady || n.Managed != tc.wantManaged {
-				t.Errorf("exists %v known %v ready %v managed %v, want %v %v %v %v",
-					n.Exists, n.Known, n.Ready, n.Managed, tc.wantExists, tc.wantKnown, tc.wantReady, tc.wantManaged)
+			if n.Presence != tc.wantPresence || n.Ready != tc.wantReady || n.Managed != tc.wantManaged {
+				t.Errorf("presence %v ready %v managed %v, want %v %v %v",
+					n.Presence, n.Ready, n.Managed, tc.wantPresence, tc.wantReady, tc.wantManaged)
 			}
 		})
 	}
@@ -190,11 +189,11 @@ func TestNodesRegister(t *testing.T) {
 
 func TestNodesSetReturnsPrevious(t *testing.T) {
 	nodes := cache.NewNodes()
-	if prev := nodes.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1"))); prev.Exists {
+	if prev := nodes.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1"))); prev.Exists() {
 		t.Errorf("first Set returned %+v, want the zero node", prev)
 	}
 	prev := nodes.Set(cache.NodeFromObject(nodeWithVolumesInUse("node-1", v1.UniqueVolumeName(volA.Name))))
-	if !prev.Exists || len(prev.InUse) != 0 {
+	if !prev.Exists() || len(prev.InUse) != 0 {
 		t.Errorf("second Set returned %+v, want the first state", prev)
 	}
 }

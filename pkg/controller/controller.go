@@ -1,7 +1,21 @@
 // Package controller wires the attach/detach controller together: shared informers
-// feed the desired state (through the populator), the actual state (from
-// VolumeAttachments) and the node register; their changes put the affected volumes
-// on the reconciler's queue and the affected nodes on the status updater's queue.
+// feed the desired state (through the populator's pod queue), the actual state
+// (from VolumeAttachments) and the node register; their changes put the affected
+// volumes on the reconciler's queue and the affected nodes on the status updater's
+// queue.
+//
+// The controller writes to the API server in exactly these places:
+//   - VolumeAttachment create and delete, by the operation executor;
+//   - node status (status.volumesAttached), by the status updater;
+//   - Events on pods, through the event recorder;
+//   - the leader election Lease, by the command around it.
+//
+// Besides those it reads the API server directly only to settle what the
+// informers cannot: the start-up check that the VolumeAttachment informer is
+// current, a node's status before a detach, and an object after a write of unknown
+// outcome. Its own writes come back to it through the informers like anyone
+// else's; state that a write changes is recorded from the informer, or, where the
+// write's answer comes first, in a way the informer's later delivery agrees with.
 package controller
 
 import (
@@ -9,10 +23,10 @@ import (
 	"fmt"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -41,6 +55,9 @@ type Options struct {
 	// Workers reconcile volumes in parallel; StatusWorkers write node status.
 	Workers       int
 	StatusWorkers int
+	// ShutdownGrace bounds how long Run waits, once ctx ends, for running
+	// operations to get the answers to their writes.
+	ShutdownGrace time.Duration
 }
 
 // DefaultOptions returns the defaults, which match kube-controller-manager's.
@@ -51,6 +68,7 @@ func DefaultOptions() Options {
 		OperationTimeout:  2 * time.Minute,
 		Workers:           10,
 		StatusWorkers:     4,
+		ShutdownGrace:     5 * time.Second,
 	}
 }
 
@@ -71,6 +89,21 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// Executor runs attach and detach operations (see package operationexecutor).
+type Executor interface {
+	reconciler.Executor
+	// ObserveVolumeAttachment passes what the informer saw of a VolumeAttachment
+	// (nil once deleted) to the operations waiting for it.
+	ObserveVolumeAttachment(name string, va *storagev1.VolumeAttachment)
+	// ResetBackoff lets the next operation on the volume and node start at once;
+	// it reports whether the pair was backing off after a failed attach.
+	ResetBackoff(volume csivolume.UniqueName, node string) bool
+	// ForgetExpired drops what is remembered of failures long past.
+	ForgetExpired()
+	// Wait waits until every running operation has ended, or ctx ends.
+	Wait(ctx context.Context) error
+}
+
 // Controller is the attach/detach controller.
 type Controller struct {
 	opts       Options
@@ -81,7 +114,7 @@ type Controller struct {
 	actual     *cache.ActualState
 	nodes      *cache.Nodes
 	populator  *populator.Populator
-	executor   *operationexecutor.Executor
+	executor   Executor
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
 }
@@ -127,6 +160,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Events:     events,
 		Metrics:    m,
 		Timeout:    opts.OperationTimeout,
+		Wanted:     c.desired.IsDesired,
 		Done:       func(v csivolume.UniqueName) { c.reconciler.Enqueue(v) },
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
@@ -134,6 +168,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Actual:                      c.actual,
 		Nodes:                       c.nodes,
 		Executor:                    c.executor,
+		NodeStatus:                  c.status,
 		Events:                      events,
 		Metrics:                     m,
 		MaxWaitForUnmount:           opts.MaxWaitForUnmount,
@@ -158,7 +193,8 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 }
 
 // Run starts the informers, rebuilds the state from them before the first
-// decision, calls onReady, and then reconciles until ctx ends.
+// decision, calls onReady, and then reconciles until ctx ends. It returns once the
+// operations that were running have ended, or ShutdownGrace after ctx ended.
 func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	logger := klog.FromContext(ctx)
 	c.factory.Start(ctx.Done())
@@ -171,19 +207,15 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		return err
 	}
 	started := time.Now()
-	c.rebuild(ctx)
-	regs, err := c.registerHandlers(ctx)
-	if err != nil {
+	if err := c.rebuild(ctx); err != nil {
 		return err
-	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), regs...) {
-		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
 	}
 	total, attached := c.actual.Counts()
 	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started),
 		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	onReady()
+	go c.populator.Run(ctx, c.opts.Workers)
 	go c.status.Run(ctx, c.opts.StatusWorkers)
 	go c.reconciler.Run(ctx, c.opts.Workers)
 	c.enqueueEverything()
@@ -191,15 +223,32 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		go wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod)
 	}
 	<-ctx.Done()
+	waitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ShutdownGrace)
+	defer cancel()
+	if err := c.executor.Wait(waitCtx); err != nil {
+		logger.Error(err, "Stopping while operations still run")
+	}
 	return nil
 }
 
-// resync is the periodic safety pass: it re-evaluates every pod and re-queues
-// every volume and node, so that a missed event costs at most one period.
+// resync is the periodic safety pass: it brings the node register and the actual
+// state in line with the informers, so that an event lost on the way costs at most
+// one period, re-evaluates every pod, and re-queues every volume and node.
 func (c *Controller) resync(ctx context.Context) {
-	if err := c.populator.SyncAll(ctx); err != nil {
+	if err := c.reconcileNodes(); err != nil {
+		klog.FromContext(ctx).Error(err, "Periodic check of the node register failed")
+	}
+	if err := c.reconcileAttachments(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Periodic check of the VolumeAttachments failed")
+	}
+	keys, err := c.populator.AllPods()
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Periodic re-evaluation of pods failed")
 	}
+	for _, key := range keys {
+		c.populator.Enqueue(key)
+	}
+	c.executor.ForgetExpired()
 	c.enqueueEverything()
 }
 
@@ -210,13 +259,9 @@ func (c *Controller) enqueueEverything() {
 	for _, v := range c.actual.Volumes() {
 		c.reconciler.Enqueue(v)
 	}
-	nodes, err := c.informers.nodes.Lister().List(everything)
-	if err != nil {
-		return
-	}
-	for _, n := range nodes {
-		if n.Annotations[cache.ManagedAnnotation] == "true" {
-			c.status.Enqueue(n.Name)
+	for _, name := range c.nodes.Names() {
+		if n := c.nodes.Get(name); n.Exists() && n.Managed {
+			c.status.Enqueue(name)
 		}
 	}
 }

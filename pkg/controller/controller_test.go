@@ -33,6 +33,21 @@ func newTestController(t *testing.T, serverObjs ...runtime.Object) *Controller {
 	return c
 }
 
+// startedController returns a controller whose informers run on a fake API server
+// holding objs, synced, with no event handler registered yet.
+func startedController(t *testing.T, objs ...runtime.Object) *Controller {
+	t.Helper()
+	c := newTestController(t, objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		c.factory.Shutdown()
+	})
+	c.factory.Start(ctx.Done())
+	c.factory.WaitForCacheSync(ctx.Done())
+	return c
+}
+
 // addToInformers puts objects into the informer caches, as if the informers had
 // listed them.
 func addToInformers(t *testing.T, c *Controller, objs ...runtime.Object) {
@@ -120,7 +135,7 @@ func pvSource(name string) storagev1.VolumeAttachmentSource {
 func TestNodeDecisionsChanged(t *testing.T) {
 	volA := csivolume.NewUniqueName(testDriver, "a")
 	volB := csivolume.NewUniqueName(testDriver, "b")
-	base := cache.Node{Name: "n", Exists: true, Known: true, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{volA: {}}}
+	base := cache.Node{Name: "n", Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{volA: {}}}
 	with := func(mutate func(n *cache.Node)) cache.Node {
 		n := base
 		n.InUse = map[csivolume.UniqueName]struct{}{volA: {}}
@@ -135,7 +150,7 @@ func TestNodeDecisionsChanged(t *testing.T) {
 	}{
 		{"nothing", base, with(func(*cache.Node) {}), false},
 		{"created", cache.Node{Name: "n"}, base, true},
-		{"deleted", base, with(func(n *cache.Node) { n.Exists, n.Ready = false, false }), true},
+		{"deleted", base, with(func(n *cache.Node) { n.Presence, n.Ready = cache.NodeDeleted, false }), true},
 		{"became unmanaged", base, with(func(n *cache.Node) { n.Managed = false }), true},
 		{"became NotReady", base, with(func(n *cache.Node) { n.Ready = false }), true},
 		{"out-of-service taint", base, with(func(n *cache.Node) { n.OutOfService = true }), true},
@@ -227,8 +242,8 @@ func TestIdentifyVolume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestController(t)
 			addToInformers(t, c, tc.objs...)
-			got, ok := c.identifyVolume(tc.va)
-			if ok != tc.wantOK || got != tc.want {
+			vol, ok := c.identifyVolume(tc.va)
+			if got := vol.Name; ok != tc.wantOK || got != tc.want {
 				t.Errorf("identifyVolume() = %q, %v, want %q, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
@@ -274,8 +289,10 @@ func TestObserveVolumeAttachment(t *testing.T) {
 			c := newTestController(t)
 			addToInformers(t, c, csiPV("pv-1", "h-1", "ns", "data"))
 			c.observeVolumeAttachment(ctx, tc.va)
-			got, ok := c.actual.Get(vol, "node-1")
-			tc.want.Volume, tc.want.Node, tc.want.VolumeAttachment, tc.want.UID = vol, "node-1", tc.va.Name, tc.va.UID
+			got, ok := c.actual.Object(tc.va.Name)
+			tc.want.Volume, tc.want.Node, tc.want.VolumeAttachment, tc.want.UID, tc.want.Seen = vol, "node-1", tc.va.Name, tc.va.UID, true
+			// The PV lists no access modes: nothing to check, so several nodes may share it.
+			tc.want.MultiAttach = true
 			if !ok || got != tc.want {
 				t.Errorf("attachment = %+v, %v, want %+v", got, ok, tc.want)
 			}
@@ -289,8 +306,8 @@ func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 	addToInformers(t, c, va)
 	c.observeVolumeAttachment(ctx, va)
-	if got := c.actual.UnresolvedHolders("pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
-		t.Fatalf("UnresolvedHolders(pv-1) = %q, want [node-a]: the VolumeAttachment holds its PV", got)
+	if got := c.actual.Holders(csivolume.NewUniqueName(testDriver, "h-1"), "pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
+		t.Fatalf("Holders(pv-1) = %q, want [node-a]: the VolumeAttachment holds its PV", got)
 	}
 
 	pv := csiPV("pv-1", "h-1", "ns", "data")
@@ -299,7 +316,7 @@ func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 	if got := c.actual.UnresolvedForPV("pv-1"); len(got) != 0 {
 		t.Errorf("UnresolvedForPV(pv-1) = %q once the PV exists, want none", got)
 	}
-	if att, ok := c.actual.Get(csivolume.NewUniqueName(testDriver, "h-1"), "node-a"); !ok || !att.Attached {
+	if att, ok := c.actual.Get(csivolume.NewUniqueName(testDriver, "h-1"), "node-a"); !ok || !att.Attached() {
 		t.Errorf("attachment = %+v, %v once the PV exists, want attached", att, ok)
 	}
 }
@@ -308,7 +325,9 @@ func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
 	ctx := context.Background()
 	c := newTestController(t)
 	addToInformers(t, c, podUsing("ns", "db", "node-a", "data"), boundClaim("ns", "data", "pv-1"))
-	c.populator.SyncPod(ctx, "ns/db")
+	if err := c.populator.SyncPod(ctx, "ns/db"); err != nil {
+		t.Fatal(err)
+	}
 	vol := csivolume.NewUniqueName(testDriver, "h-1")
 	if c.desired.IsDesired(vol, "node-a") {
 		t.Fatal("volume desired before its PV exists")
@@ -316,6 +335,7 @@ func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
 	pv := csiPV("pv-1", "h-1", "ns", "data")
 	addToInformers(t, c, pv)
 	c.onPV(ctx, pv)
+	c.populator.Drain(ctx)
 	if !c.desired.IsDesired(vol, "node-a") {
 		t.Error("volume not desired at once when its PV appears")
 	}
@@ -360,7 +380,7 @@ func TestNodeDeleted(t *testing.T) {
 			c.onNode(nil, n)
 			c.onNodeDelete(tc.obj)
 			got := c.nodes.Get("node-a")
-			if got.Exists || got.Ready || !got.Mounted(vol) {
+			if got.Exists() || got.Ready || !got.Mounted(vol) {
 				t.Errorf("deleted node = %+v, want gone, not Ready, its volume still counted as mounted", got)
 			}
 		})
@@ -372,8 +392,7 @@ func TestRebuild(t *testing.T) {
 	listed := csivolume.NewUniqueName(testDriver, "listed")
 	detaching := csivolume.NewUniqueName(testDriver, "detaching")
 	wanted := csivolume.NewUniqueName(testDriver, "wanted")
-	c := newTestController(t)
-	addToInformers(t, c,
+	c := startedController(t,
 		node("node-a", []csivolume.UniqueName{listed}, nil),
 		csiPV("pv-listed", "listed", "ns", "c-listed"),
 		csiPV("pv-detaching", "detaching", "ns", "c-detaching"),
@@ -384,7 +403,9 @@ func TestRebuild(t *testing.T) {
 		volumeAttachment("detaching", "node-a", pvSource("pv-detaching"), true),
 		volumeAttachment("wanted", "node-a", pvSource("pv-wanted"), true),
 	)
-	c.rebuild(ctx)
+	if err := c.rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		vol        csivolume.UniqueName
 		wantHidden bool
@@ -403,7 +424,7 @@ func TestRebuild(t *testing.T) {
 			t.Errorf("%s: hidden = %v, want %v", tc.vol, att.HiddenFromNodeStatus, tc.wantHidden)
 		}
 	}
-	if !c.nodes.Get("node-a").Exists || !c.desired.IsDesired(wanted, "node-a") {
+	if !c.nodes.Get("node-a").Exists() || !c.desired.IsDesired(wanted, "node-a") {
 		t.Error("rebuild did not record the node and the desired state")
 	}
 }
@@ -415,8 +436,7 @@ func TestRebuild(t *testing.T) {
 func TestRebuildTrustsVolumeAttachmentsOverNodeStatus(t *testing.T) {
 	ctx := context.Background()
 	vol := csivolume.NewUniqueName(testDriver, "h-1")
-	c := newTestController(t)
-	addToInformers(t, c,
+	c := startedController(t,
 		node("node-a", nil, []csivolume.UniqueName{vol}),
 		node("node-b", nil, nil),
 		csiPV("pv-1", "h-1", "ns", "data", v1.ReadWriteOnce),
@@ -424,9 +444,11 @@ func TestRebuildTrustsVolumeAttachmentsOverNodeStatus(t *testing.T) {
 		podUsing("ns", "db", "node-b", "data"),
 		volumeAttachment("h-1", "node-a", pvSource("pv-1"), false),
 	)
-	c.rebuild(ctx)
+	if err := c.rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
 	c.reconciler.Sync(ctx, vol)
-	if c.executor.AnyRunning(vol) {
+	if c.executor.IsRunning(vol, "node-b") {
 		t.Error("an attach started on node-b while a VolumeAttachment for the RWO volume exists on node-a")
 	}
 }
@@ -518,7 +540,9 @@ func TestActsAtOnce(t *testing.T) {
 				boundClaim("ns", "data", "pv-1"),
 				podUsing("ns", "db", "node-a", "data"),
 			)
-			c.populator.SyncPod(ctx, "ns/db")
+			if err := c.populator.SyncPod(ctx, "ns/db"); err != nil {
+				t.Fatal(err)
+			}
 			if tc.setup != nil {
 				tc.setup(ctx, c)
 			}

@@ -9,7 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
@@ -21,8 +21,6 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 )
-
-var everything = labels.Everything()
 
 type informerSet struct {
 	pods        coreinformers.PodInformer
@@ -65,14 +63,14 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.Informe
 	}
 	handlers := []handler{
 		{c.informers.pods.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.syncPodObject(ctx, obj) },
-			UpdateFunc: func(_, obj any) { c.syncPodObject(ctx, obj) },
-			DeleteFunc: func(obj any) { c.syncPodObject(ctx, obj) },
+			AddFunc:    c.enqueuePod,
+			UpdateFunc: func(_, obj any) { c.enqueuePod(obj) },
+			DeleteFunc: c.enqueuePod,
 		}},
 		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.onClaim(ctx, obj) },
-			UpdateFunc: func(_, obj any) { c.onClaim(ctx, obj) },
-			DeleteFunc: func(obj any) { c.onClaim(ctx, obj) },
+			AddFunc:    c.onClaim,
+			UpdateFunc: func(_, obj any) { c.onClaim(obj) },
+			DeleteFunc: c.onClaim,
 		}},
 		{c.informers.pvs.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onPV(ctx, obj) },
@@ -80,9 +78,9 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.Informe
 			DeleteFunc: func(obj any) { c.onPV(ctx, obj) },
 		}},
 		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.onCSIDriver(ctx, obj) },
-			UpdateFunc: func(_, obj any) { c.onCSIDriver(ctx, obj) },
-			DeleteFunc: func(obj any) { c.onCSIDriver(ctx, obj) },
+			AddFunc:    c.onCSIDriver,
+			UpdateFunc: func(_, obj any) { c.onCSIDriver(obj) },
+			DeleteFunc: c.onCSIDriver,
 		}},
 		{c.informers.csiNodes.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onCSINode(obj) },
@@ -118,25 +116,25 @@ func objectKey(obj any) string {
 	return key
 }
 
-func (c *Controller) syncPodObject(ctx context.Context, obj any) {
+func (c *Controller) enqueuePod(obj any) {
 	if key := objectKey(obj); key != "" {
-		c.populator.SyncPod(ctx, key)
+		c.populator.Enqueue(key)
 	}
 }
 
-func (c *Controller) syncPods(ctx context.Context, keys []string) {
+func (c *Controller) enqueuePods(keys []string) {
 	for _, key := range keys {
-		c.populator.SyncPod(ctx, key)
+		c.populator.Enqueue(key)
 	}
 }
 
-func (c *Controller) onClaim(ctx context.Context, obj any) {
+func (c *Controller) onClaim(obj any) {
 	key := objectKey(obj)
 	namespace, name, err := toolscache.SplitMetaNamespaceKey(key)
 	if err != nil || key == "" {
 		return
 	}
-	c.syncPods(ctx, c.populator.PodsForClaim(namespace, name))
+	c.enqueuePods(c.populator.PodsForClaim(namespace, name))
 }
 
 func (c *Controller) onPV(ctx context.Context, obj any) {
@@ -147,7 +145,7 @@ func (c *Controller) onPV(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
-	c.syncPods(ctx, c.populator.PodsForPV(pv))
+	c.enqueuePods(c.populator.PodsForPV(pv))
 	for _, name := range c.actual.UnresolvedForPV(pv.Name) {
 		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
 			c.observeVolumeAttachment(ctx, va)
@@ -155,12 +153,10 @@ func (c *Controller) onPV(ctx context.Context, obj any) {
 	}
 }
 
-func (c *Controller) onCSIDriver(ctx context.Context, obj any) {
-	key := objectKey(obj)
-	if key == "" {
-		return
+func (c *Controller) onCSIDriver(obj any) {
+	if key := objectKey(obj); key != "" {
+		c.enqueuePods(c.populator.PodsForDriver(key))
 	}
-	c.syncPods(ctx, c.populator.PodsForDriver(key))
 }
 
 // onCSINode retries at once the attaches to a node that were backing off, since a
@@ -188,8 +184,8 @@ func (c *Controller) onNode(oldObj, newObj any) {
 		c.enqueueNodeVolumes(node.Name)
 	}
 	old, _ := oldObj.(*v1.Node)
-	if now.Managed && (old == nil || !equality.Semantic.DeepEqual(old.Status.VolumesAttached, node.Status.VolumesAttached) ||
-		old.Annotations[cache.ManagedAnnotation] != node.Annotations[cache.ManagedAnnotation]) {
+	if now.Managed && (old == nil || prev.Managed != now.Managed ||
+		!equality.Semantic.DeepEqual(old.Status.VolumesAttached, node.Status.VolumesAttached)) {
 		c.status.Enqueue(node.Name)
 	}
 }
@@ -197,7 +193,7 @@ func (c *Controller) onNode(oldObj, newObj any) {
 // nodeDecisionsChanged tells whether a node change can change an attach or
 // detach decision.
 func nodeDecisionsChanged(prev, now cache.Node) bool {
-	if prev.Exists != now.Exists || prev.Managed != now.Managed || prev.Ready != now.Ready || prev.OutOfService != now.OutOfService {
+	if prev.Presence != now.Presence || prev.Managed != now.Managed || prev.Ready != now.Ready || prev.OutOfService != now.OutOfService {
 		return true
 	}
 	if len(prev.InUse) != len(now.InUse) {
@@ -212,10 +208,13 @@ func nodeDecisionsChanged(prev, now cache.Node) bool {
 }
 
 func (c *Controller) onNodeDelete(obj any) {
-	name := objectKey(obj)
-	if name == "" {
-		return
+	if name := objectKey(obj); name != "" {
+		c.forgetNode(name)
 	}
+}
+
+// forgetNode records that the node's object is gone.
+func (c *Controller) forgetNode(name string) {
 	c.nodes.MarkDeleted(name)
 	c.status.Forget(name)
 	c.enqueueNodeVolumes(name)
@@ -242,11 +241,17 @@ func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
 }
 
 func (c *Controller) onVolumeAttachmentDelete(obj any) {
-	name := objectKey(obj)
-	if name == "" {
-		return
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
-	if att, ok := c.actual.Forget(name); ok {
+	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
+		c.forgetVolumeAttachment(va.Name, va.UID)
+	}
+}
+
+// forgetVolumeAttachment records that the object of that name and UID is gone.
+func (c *Controller) forgetVolumeAttachment(name string, uid types.UID) {
+	if att, ok := c.actual.Forget(name, uid); ok {
 		c.status.Enqueue(att.Node)
 		c.reconciler.Enqueue(att.Volume)
 	}
@@ -257,7 +262,7 @@ func (c *Controller) onVolumeAttachmentDelete(obj any) {
 // state, identifying its volume by its inline spec, its PV, or as a last resort the
 // node's status lists.
 func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
-	name, ok := c.identifyVolume(va)
+	vol, ok := c.identifyVolume(va)
 	if !ok {
 		pvName := ""
 		if va.Spec.Source.PersistentVolumeName != nil {
@@ -265,11 +270,14 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 		}
 		klog.FromContext(ctx).Info("Cannot identify the volume of a VolumeAttachment yet; it counts as holding its PV",
 			"volumeAttachment", va.Name, "pv", pvName, "node", va.Spec.NodeName)
-		c.actual.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: va.Name, PVName: pvName, Node: va.Spec.NodeName})
+		if c.actual.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: va.Name, PVName: pvName, Node: va.Spec.NodeName}) {
+			c.status.Enqueue(va.Spec.NodeName)
+		}
 		return
 	}
 	o := cache.Observation{
-		Volume:           name,
+		Volume:           vol.Name,
+		MultiAttach:      vol.MultiAttach,
 		Node:             va.Spec.NodeName,
 		VolumeAttachment: va.Name,
 		UID:              va.UID,
@@ -282,25 +290,28 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 	if c.actual.Observe(o) {
 		c.status.Enqueue(o.Node)
 	}
-	c.reconciler.Enqueue(name)
+	c.reconciler.Enqueue(vol.Name)
 }
 
-func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (csivolume.UniqueName, bool) {
+// identifyVolume finds the volume a VolumeAttachment is for, by its inline spec,
+// its PV, or as a last resort the node's status lists. A volume found only in node
+// status counts as single-attach: nothing says otherwise.
+func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (cache.Volume, bool) {
 	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
 		if vol, ok := populator.VolumeOfInlineSpec(spec); ok {
-			return vol.Name, true
+			return vol, true
 		}
 	}
 	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
 		if pv, err := c.informers.pvs.Lister().Get(*pvName); err == nil {
 			if vol, ok, err := c.populator.VolumeOfPV(pv); err == nil && ok {
-				return vol.Name, true
+				return vol, true
 			}
 		}
 	}
 	node, err := c.informers.nodes.Lister().Get(va.Spec.NodeName)
 	if err != nil {
-		return "", false
+		return cache.Volume{}, false
 	}
 	var candidates []string
 	for _, av := range node.Status.VolumesAttached {
@@ -314,9 +325,9 @@ func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (csivolume.U
 		return err == nil && driver == va.Spec.Attacher && csivolume.AttachmentName(handle, driver, va.Spec.NodeName) == va.Name
 	})
 	if i < 0 {
-		return "", false
+		return cache.Volume{}, false
 	}
-	return csivolume.UniqueName(candidates[i]), true
+	return cache.Volume{Name: csivolume.UniqueName(candidates[i])}, true
 }
 
 // NewInformerFactory returns the shared informer factory the controller runs on:

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -46,28 +48,24 @@ func (c *Controller) waitForCurrentVolumeAttachments(ctx context.Context) error 
 	})
 }
 
-// rebuild fills the state from the synced informers before any decision: nodes,
-// then the desired state from every pod, then the actual state from every
-// VolumeAttachment. An attached volume that its node's status no longer lists and
+// rebuild fills the state from the synced informers before any decision. The
+// event handlers are registered first and deliver every object as an addition, so
+// that nothing deleted or changed from here on is missed; the pods they queue are
+// evaluated at once. An attached volume that its node's status does not list and
 // that no pod there needs was being detached when the previous controller stopped:
 // it stays out of node status.
-func (c *Controller) rebuild(ctx context.Context) {
-	nodes, err := c.informers.nodes.Lister().List(everything)
-	if err == nil {
-		for _, n := range nodes {
-			c.nodes.Set(cache.NodeFromObject(n))
-		}
-	}
-	if err := c.populator.SyncAll(ctx); err != nil {
-		klog.FromContext(ctx).Error(err, "Rebuilding the desired state")
-	}
-	vas, err := c.informers.attachments.Lister().List(everything)
+func (c *Controller) rebuild(ctx context.Context) error {
+	regs, err := c.registerHandlers(ctx)
 	if err != nil {
-		klog.FromContext(ctx).Error(fmt.Errorf("listing VolumeAttachments from the informer: %w", err), "Rebuilding the actual state")
-		return
+		return err
 	}
-	for _, va := range vas {
-		c.observeVolumeAttachment(ctx, va)
+	if !toolscache.WaitForCacheSync(ctx.Done(), regs...) {
+		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
+	}
+	c.populator.Drain(ctx)
+	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes from the informer: %w", err)
 	}
 	for _, n := range nodes {
 		listed := make(map[csivolume.UniqueName]bool, len(n.Status.VolumesAttached))
@@ -75,10 +73,64 @@ func (c *Controller) rebuild(ctx context.Context) {
 			listed[csivolume.UniqueName(av.Name)] = true
 		}
 		for _, v := range c.actual.VolumesOnNode(n.Name) {
-			att, ok := c.actual.Get(v, n.Name)
-			if ok && att.Attached && !listed[v] && !c.desired.IsDesired(v, n.Name) {
+			on, ok := c.actual.Get(v, n.Name)
+			if ok && on.Attached() && !listed[v] && !c.desired.IsDesired(v, n.Name) {
 				c.actual.SetHiddenFromNodeStatus(v, n.Name, true)
 			}
 		}
 	}
+	return nil
+}
+
+// reconcileNodes brings the node register in line with the node informer: a node
+// whose deletion was missed counts as deleted, and a deleted node that nothing
+// refers to any more is forgotten.
+func (c *Controller) reconcileNodes() error {
+	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes from the informer: %w", err)
+	}
+	present := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		present[n.Name] = true
+		now := cache.NodeFromObject(n)
+		if prev := c.nodes.Set(now); nodeDecisionsChanged(prev, now) {
+			c.enqueueNodeVolumes(n.Name)
+		}
+	}
+	for _, name := range c.nodes.Names() {
+		switch n := c.nodes.Get(name); {
+		case present[name]:
+		case n.Exists():
+			c.forgetNode(name)
+		case len(c.desired.VolumesOnNode(name)) == 0 && !c.actual.HasNode(name):
+			c.nodes.Forget(name)
+		}
+	}
+	return nil
+}
+
+// reconcileAttachments brings the actual state in line with the VolumeAttachment
+// informer: objects it holds that the state lacks are recorded, and objects the
+// informer showed once but holds no more are forgotten. Objects the controller is
+// creating and has not seen yet are left to the operations that settle them.
+func (c *Controller) reconcileAttachments(ctx context.Context) error {
+	vas, err := c.informers.attachments.Lister().List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
+	}
+	recorded := c.actual.ObjectNames()
+	inInformer := make(map[string]bool, len(vas))
+	for _, va := range vas {
+		inInformer[va.Name] = true
+		if uid, ok := recorded[va.Name]; !ok || uid != va.UID {
+			c.observeVolumeAttachment(ctx, va)
+		}
+	}
+	for name, uid := range recorded {
+		if !inInformer[name] {
+			c.forgetVolumeAttachment(name, uid)
+		}
+	}
+	return nil
 }

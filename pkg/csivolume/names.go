@@ -25,6 +25,9 @@ func NewUniqueName(driver, volumeHandle string) UniqueName {
 	return UniqueName(uniqueNamePrefix + driver + "^" + volumeHandle)
 }
 
+// IsCSI tells whether a unique volume name is a CSI volume's.
+func IsCSI(name UniqueName) bool { return strings.HasPrefix(string(name), uniqueNamePrefix) }
+
 // ParseUniqueName splits a unique name into driver and volume handle. A driver name
 // cannot contain '^' while a handle can, so the split is at the first '^'.
 func ParseUniqueName(name UniqueName) (driver, volumeHandle string, err error) {

@@ -1,9 +1,15 @@
 // Package operationexecutor runs attach and detach operations: at most one at a
 // time per single-attach volume across the cluster, one per volume and node for the
-// others, with exponential backoff after a failure. Attaching creates the
-// VolumeAttachment and waits, through the informer, for the CSI external-attacher to
-// mark it attached; detaching takes the volume out of node status, deletes the
-// VolumeAttachment and waits until it is gone.
+// others, with exponential backoff per kind of operation after a failure. Attaching
+// creates the VolumeAttachment and waits, through the informer, for the CSI
+// external-attacher to mark it attached; detaching takes the volume out of node
+// status, confirms that with the API server, and deletes the VolumeAttachment.
+//
+// A write whose outcome is unknown (an error other than one the API server gives
+// for a request it refused) is neither success nor failure: an object the
+// controller tried to create counts as existing until the informer shows it or a
+// later write answers for it, and a delete of unknown outcome is settled with a
+// read before anything else happens to the volume.
 package operationexecutor
 
 import (
@@ -11,12 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
@@ -27,11 +35,12 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 )
 
-// NodeStatusSyncer writes a node's status.volumesAttached from the actual state.
-type NodeStatusSyncer interface {
-	// Sync writes the node's list now if it differs, and returns once it is
-	// written, with the node as it stood right after (nil if it does not exist).
-	Sync(ctx context.Context, node string) (*v1.Node, error)
+// NodeStatus writes a node's status.volumesAttached from the actual state.
+type NodeStatus interface {
+	// Confirm makes the API server's list match the actual state as it stands
+	// now and returns the node as the API server returned it (nil if the node
+	// does not exist).
+	Confirm(ctx context.Context, node string) (*v1.Node, error)
 	// Enqueue asks for the node's list to be written soon.
 	Enqueue(node string)
 }
@@ -41,21 +50,63 @@ type Config struct {
 	Client     kubernetes.Interface
 	VALister   storagelisters.VolumeAttachmentLister
 	Actual     *cache.ActualState
-	NodeStatus NodeStatusSyncer
+	NodeStatus NodeStatus
 	Events     *podevents.Emitter
 	Metrics    *metrics.Metrics
 	// Timeout bounds the wait for the external-attacher in one operation.
 	Timeout time.Duration
+	// Wanted tells whether a pod on the node needs the volume now; a detach is
+	// called off at the last moment if one does.
+	Wanted func(volume csivolume.UniqueName, node string) bool
 	// Done is called with the volume when one of its operations ends, so that the
 	// volume is reconciled again.
 	Done func(csivolume.UniqueName)
 }
 
+// ForceReason says why a detach may go ahead while the node may still have the
+// volume mounted.
+type ForceReason string
+
+const (
+	// NotForced: the detach goes ahead only if kubelet does not report the volume
+	// in use.
+	NotForced ForceReason = ""
+	// ForceOutOfService: the node carries the out-of-service taint.
+	ForceOutOfService ForceReason = "out-of-service"
+	// ForceUnmountTimeout: the wait for unmount is over and the node is not Ready.
+	ForceUnmountTimeout ForceReason = "timeout"
+)
+
+// HeldError means a single-attach volume cannot be attached because other nodes
+// hold it.
+type HeldError struct {
+	Nodes []string
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("the volume is held by node(s) %v", e.Nodes)
+}
+
+var (
+	// ErrInUse means a detach was called off because the node reported the volume
+	// in use, and no force rule applied when the API server was asked.
+	ErrInUse = errors.New("the node reports the volume in use; not detaching")
+	// ErrWanted means a detach was called off because a pod on the node needs the
+	// volume again.
+	ErrWanted = errors.New("a pod on the node needs the volume again; not detaching")
+)
+
+// writeGrace is how long the API writes of operations may run on once the
+// controller stops: long enough for a request on its way to get its answer, and
+// shorter than the gap between a lost lease's renew deadline and its expiry.
+const writeGrace = 4 * time.Second
+
 // Executor starts operations in their own goroutines.
 type Executor struct {
-	cfg    Config
-	locks  *locks
-	waiter *waiter
+	cfg     Config
+	locks   *locks
+	waiter  *waiter
+	running sync.WaitGroup
 }
 
 // New returns an Executor.
@@ -74,23 +125,29 @@ func (e *Executor) IsRunning(volume csivolume.UniqueName, node string) bool {
 	return e.locks.isRunning(volume, node)
 }
 
-// AnyRunning tells whether any operation on the volume runs.
-func (e *Executor) AnyRunning(volume csivolume.UniqueName) bool {
-	return e.locks.anyRunning(volume)
-}
-
-// ResetBackoff lets the next attach of the volume to the node start at once, for
+// ResetBackoff lets the next operation on the volume and node start at once, for
 // instance when the node's CSI driver has just registered. It reports whether the
-// pair was backing off.
+// pair was backing off after a failed attach.
 func (e *Executor) ResetBackoff(volume csivolume.UniqueName, node string) bool {
 	return e.locks.resetBackoff(volume, node)
 }
 
-func lockNode(multiAttach bool, node string) string {
-	if multiAttach {
-		return node
+// ForgetExpired drops what is remembered of failures long past.
+func (e *Executor) ForgetExpired() { e.locks.forgetExpired() }
+
+// Wait waits until every running operation has ended, or ctx ends.
+func (e *Executor) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		e.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("operations still running: %w", ctx.Err())
 	}
-	return wholeVolume
 }
 
 // AttachObserved reports the attach of the volume to the node as a success if
@@ -103,15 +160,34 @@ func (e *Executor) AttachObserved(vol cache.Volume, node string, pods []cache.Po
 	e.cfg.Events.Emit(pods, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, podevents.AttachSucceeded(vol.DisplayName))
 }
 
-// Attach starts attaching the volume to the node for the pods. It returns
-// ErrPending or a *BackoffError when the operation cannot start now.
+// start runs op in its own goroutine under key, and reports its end.
+func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
+	e.running.Add(1)
+	go func() {
+		defer e.running.Done()
+		err := op()
+		e.locks.release(key, node, k, err != nil)
+		e.cfg.Done(key.volume)
+	}()
+}
+
+// Attach starts attaching the volume to the node for the pods. For a single-attach
+// volume it checks, holding the volume's lock, that no other node holds it. It
+// returns ErrPending, a *BackoffError or a *HeldError when the operation cannot
+// start now.
 func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error {
-	lock := lockNode(vol.MultiAttach, node)
-	if err := e.locks.acquire(vol.Name, node, lock); err != nil {
+	key := lockFor(vol.Name, node, vol.MultiAttach)
+	if err := e.locks.acquire(key, node, attachKind); err != nil {
 		return err
 	}
+	if !vol.MultiAttach {
+		if holders := e.cfg.Actual.Holders(vol.Name, vol.PVName, node); len(holders) > 0 {
+			e.locks.free(key)
+			return &HeldError{Nodes: holders}
+		}
+	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "attach", "volume", vol.Name, "node", node)
-	go func() {
+	e.start(key, node, attachKind, func() error {
 		started := time.Now()
 		err := e.attach(klog.NewContext(ctx, logger), vol, node)
 		e.cfg.Metrics.ObserveOperation("attach", started, err)
@@ -125,43 +201,24 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 			logger.Error(err, "Attach failed")
 			e.cfg.Events.Emit(pods, v1.EventTypeWarning, podevents.ReasonFailedAttach, podevents.AttachFailed(vol.DisplayName, err))
 		}
-		e.locks.release(vol.Name, node, lock, err != nil)
-		e.cfg.Done(vol.Name)
-	}()
+		return err
+	})
 	return nil
 }
 
 func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) error {
 	name := csivolume.AttachmentName(vol.Handle, vol.Driver, node)
-	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: storagev1.VolumeAttachmentSpec{
-			Attacher: vol.Driver,
-			NodeName: node,
-		},
+	if e.cfg.Actual.BeginCreate(vol.Name, node, name, vol.MultiAttach) {
+		if err := e.create(ctx, vol, node, name); err != nil {
+			return err
+		}
 	}
-	if vol.InlineSpec != nil {
-		va.Spec.Source.InlineVolumeSpec = vol.InlineSpec.DeepCopy()
-	} else {
-		pv := vol.PVName
-		va.Spec.Source.PersistentVolumeName = &pv
-	}
-	created, err := e.cfg.Client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
-	switch {
-	case err == nil:
-		klog.FromContext(ctx).V(4).Info("Created VolumeAttachment", "volumeAttachment", name)
-		e.cfg.Actual.ObserveCreated(cache.Observation{Volume: vol.Name, Node: node, VolumeAttachment: name, UID: created.UID})
-	case apierrors.IsAlreadyExists(err):
-	default:
-		return fmt.Errorf("creating VolumeAttachment %s: %w", name, err)
-	}
-
 	waitCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	// The informer may not have seen the object just created: nil means "not yet"
 	// until it has been seen, and "deleted" after.
 	seen := false
-	err = e.waiter.wait(waitCtx, name, e.current(name), func(va *storagev1.VolumeAttachment) (bool, error) {
+	err := e.waiter.wait(waitCtx, name, e.current(name), func(va *storagev1.VolumeAttachment) (bool, error) {
 		switch {
 		case va == nil && !seen:
 			return false, nil
@@ -179,92 +236,245 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 		}
 		return false, nil
 	})
+	if err != nil && !seen {
+		e.settleUnseen(ctx, name)
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return fmt.Errorf("timed out after %s waiting for the external-attacher of %s to attach VolumeAttachment %s", e.cfg.Timeout, vol.Driver, name)
 	}
 	return err
 }
 
-// Detach starts detaching the volume from the node. Unless force is set (the
-// node is out of service, or the wait for unmount is over), the detach is called
-// off if the node turns out to report the volume in use once it no longer lists it
-// as attached. It returns ErrPending or a *BackoffError when the operation cannot
-// start now.
-func (e *Executor) Detach(ctx context.Context, att cache.Attachment, multiAttach, force bool) error {
-	lock := lockNode(multiAttach, att.Node)
-	if err := e.locks.acquire(att.Volume, att.Node, lock); err != nil {
+// create sends the VolumeAttachment. On an error whose outcome is unknown the
+// object stays recorded: it may exist.
+func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name string) error {
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: vol.Driver,
+			NodeName: node,
+		},
+	}
+	if vol.InlineSpec != nil {
+		va.Spec.Source.InlineVolumeSpec = vol.InlineSpec.DeepCopy()
+	} else {
+		pv := vol.PVName
+		va.Spec.Source.PersistentVolumeName = &pv
+	}
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	created, err := e.cfg.Client.StorageV1().VolumeAttachments().Create(wctx, va, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).V(4).Info("Created VolumeAttachment", "volumeAttachment", name)
+		e.cfg.Actual.Created(name, created.UID)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case refused(err):
+		e.cfg.Actual.Forget(name, "")
+	}
+	return fmt.Errorf("creating VolumeAttachment %s: %w", name, err)
+}
+
+// refused tells whether the API server answered the request by refusing it, so
+// that it certainly changed nothing.
+func refused(err error) bool {
+	return apierrors.IsTooManyRequests(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
+		apierrors.IsUnauthorized(err) || apierrors.IsMethodNotSupported(err) || apierrors.IsNotAcceptable(err) ||
+		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsUnsupportedMediaType(err)
+}
+
+// settleUnseen reads an object the informer never showed: if the API server does
+// not have it, the record of it goes.
+func (e *Executor) settleUnseen(ctx context.Context, name string) {
+	if att, ok := e.cfg.Actual.Object(name); !ok || att.Seen {
+		return
+	}
+	rctx, cancel := writeContext(ctx)
+	defer cancel()
+	_, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(rctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen {
+			e.cfg.Actual.Forget(name, att.UID)
+		}
+	}
+}
+
+// Detach starts detaching the volume from the node: deleting every
+// VolumeAttachment of the pair. Unless force names a rule that still holds when
+// the API server is asked, the detach is called off if the node reports the volume
+// in use once it no longer lists it as attached. It returns ErrPending or a
+// *BackoffError when the operation cannot start now.
+func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReason) error {
+	key := lockFor(on.Volume, on.Node, on.MultiAttach())
+	if err := e.locks.acquire(key, on.Node, detachKind); err != nil {
 		return err
 	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "detach", "volume", att.Volume, "node", att.Node, "volumeAttachment", att.VolumeAttachment)
-	go func() {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "detach", "volume", on.Volume, "node", on.Node)
+	e.start(key, on.Node, detachKind, func() error {
 		started := time.Now()
-		err := e.detach(klog.NewContext(ctx, logger), att, force)
+		err := e.detach(klog.NewContext(ctx, logger), on, force)
 		e.cfg.Metrics.ObserveOperation("detach", started, err)
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
 		case ctx.Err() != nil:
 			logger.V(2).Info("Detach interrupted by shutdown")
-		case errors.Is(err, ErrInUse):
-			logger.Info("Detach called off: the node reported the volume in use as it left node status")
+		case errors.Is(err, ErrInUse), errors.Is(err, ErrWanted):
+			logger.Info("Detach called off", "reason", err)
 		default:
 			logger.Error(err, "Detach failed")
 		}
-		e.locks.release(att.Volume, att.Node, lock, err != nil)
-		e.cfg.Done(att.Volume)
-	}()
+		return err
+	})
 	return nil
 }
 
-func (e *Executor) detach(ctx context.Context, att cache.Attachment, force bool) (err error) {
-	e.cfg.Actual.SetHiddenFromNodeStatus(att.Volume, att.Node, true)
+func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReason) (err error) {
+	e.cfg.Actual.SetHiddenFromNodeStatus(on.Volume, on.Node, true)
+	keepHidden := false
 	defer func() {
-		if err != nil && e.cfg.Actual.SetHiddenFromNodeStatus(att.Volume, att.Node, false) {
-			e.cfg.NodeStatus.Enqueue(att.Node)
+		if err != nil && !keepHidden && e.cfg.Actual.SetHiddenFromNodeStatus(on.Volume, on.Node, false) {
+			e.cfg.NodeStatus.Enqueue(on.Node)
 		}
 	}()
-	node, err := e.cfg.NodeStatus.Sync(ctx, att.Node)
+	node, err := e.cfg.NodeStatus.Confirm(ctx, on.Node)
 	if err != nil {
-		return fmt.Errorf("removing the volume from the status of node %s before detaching: %w", att.Node, err)
+		return fmt.Errorf("removing the volume from the status of node %s before detaching: %w", on.Node, err)
 	}
 	// kubelet reports a volume in use before it mounts it, and mounts only a volume
-	// node status lists as attached. The node as it stood once the volume left that
-	// list is the last word: if kubelet reported the volume in use by then, it may
-	// be mounting it.
-	if !force && node != nil && slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(att.Volume)) {
-		return ErrInUse
+	// node status lists as attached. The node as the API server returned it once
+	// the volume left that list is the last word.
+	if node != nil && slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)) {
+		if !forceHolds(force, node) {
+			return ErrInUse
+		}
+		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
+		e.cfg.Metrics.ForceDetaches.WithLabelValues(string(force)).Inc()
 	}
-	uid := att.UID
-	opts := metav1.DeleteOptions{}
-	if uid != "" {
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	if e.cfg.Wanted(on.Volume, on.Node) {
+		return ErrWanted
 	}
-	err = e.cfg.Client.StorageV1().VolumeAttachments().Delete(ctx, att.VolumeAttachment, opts)
-	switch {
-	case err == nil:
-		e.cfg.Actual.MarkDeleting(att.Volume, att.Node)
-	case apierrors.IsNotFound(err):
-	case apierrors.IsConflict(err):
-		return fmt.Errorf("VolumeAttachment %s was replaced by a newer one, not deleting it: %w", att.VolumeAttachment, err)
-	default:
-		return fmt.Errorf("deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	for _, att := range on.Objects {
+		if att.Deleting {
+			continue
+		}
+		settled, err := e.delete(ctx, att)
+		if !settled {
+			keepHidden = true
+		}
+		if err != nil {
+			return err
+		}
 	}
-
 	waitCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	err = e.waiter.wait(waitCtx, att.VolumeAttachment, e.current(att.VolumeAttachment), func(va *storagev1.VolumeAttachment) (bool, error) {
+	for _, att := range on.Objects {
+		if err := e.waitGone(waitCtx, att); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return fmt.Errorf("timed out after %s waiting for VolumeAttachment %s to be deleted", e.cfg.Timeout, att.VolumeAttachment)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// forceHolds tells whether the force rule still holds on the node as the API
+// server returned it: an informer that lags can show a taint that was just
+// removed, or a node that just recovered.
+func forceHolds(force ForceReason, node *v1.Node) bool {
+	switch force {
+	case ForceOutOfService:
+		return cache.IsOutOfService(node)
+	case ForceUnmountTimeout:
+		return !cache.IsReady(node)
+	}
+	return false
+}
+
+// delete deletes one VolumeAttachment. settled is false when the outcome could
+// not be learned: the object may be on its way out.
+func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bool, err error) {
+	opts := metav1.DeleteOptions{}
+	if att.UID != "" {
+		uid := att.UID
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	err = e.cfg.Client.StorageV1().VolumeAttachments().Delete(wctx, att.VolumeAttachment, opts)
+	switch {
+	case err == nil:
+		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+		return true, nil
+	case apierrors.IsNotFound(err):
+		e.forgetIfUnseen(att)
+		return true, nil
+	case apierrors.IsConflict(err):
+		return true, fmt.Errorf("VolumeAttachment %s was replaced by a newer one, not deleting it: %w", att.VolumeAttachment, err)
+	case refused(err):
+		return true, fmt.Errorf("deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	}
+	deleted, readErr := e.readDeleted(ctx, att)
+	switch {
+	case readErr != nil:
+		return false, fmt.Errorf("deleting VolumeAttachment %s: %w; reading it back to learn the outcome: %w", att.VolumeAttachment, err, readErr)
+	case deleted:
+		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+		return true, nil
+	}
+	return true, fmt.Errorf("deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
+}
+
+// readDeleted reads the object back after a delete of unknown outcome, retrying
+// until the API server answers or the operation's time is up, and tells whether
+// the delete took effect.
+func (e *Executor) readDeleted(ctx context.Context, att cache.Attachment) (deleted bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
+	var lastErr error
+	err = wait.ExponentialBackoffWithContext(rctx, backoff, func(ctx context.Context) (bool, error) {
+		va, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, att.VolumeAttachment, metav1.GetOptions{})
 		switch {
-		case va == nil || (uid != "" && va.UID != uid):
+		case apierrors.IsNotFound(err):
+			deleted = true
+			return true, nil
+		case err != nil:
+			lastErr = err
+			return false, nil
+		}
+		deleted = va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID)
+		return true, nil
+	})
+	if err != nil {
+		return false, errors.Join(err, lastErr)
+	}
+	return deleted, nil
+}
+
+func (e *Executor) forgetIfUnseen(att cache.Attachment) {
+	if cur, ok := e.cfg.Actual.Object(att.VolumeAttachment); ok && !cur.Seen {
+		e.cfg.Actual.Forget(att.VolumeAttachment, cur.UID)
+	}
+}
+
+// waitGone waits until the informer no longer shows the object.
+func (e *Executor) waitGone(ctx context.Context, att cache.Attachment) error {
+	if cur, ok := e.cfg.Actual.Object(att.VolumeAttachment); !ok || !cur.Seen && e.current(att.VolumeAttachment)() == nil {
+		return nil
+	}
+	return e.waiter.wait(ctx, att.VolumeAttachment, e.current(att.VolumeAttachment), func(va *storagev1.VolumeAttachment) (bool, error) {
+		switch {
+		case va == nil || (att.UID != "" && va.UID != att.UID):
 			return true, nil
 		case va.Status.DetachError != nil:
 			return true, fmt.Errorf("the external-attacher failed to detach: %s", va.Status.DetachError.Message)
 		}
 		return false, nil
 	})
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return fmt.Errorf("timed out after %s waiting for VolumeAttachment %s to be deleted", e.cfg.Timeout, att.VolumeAttachment)
-	}
-	return err
 }
 
 func (e *Executor) current(name string) func() *storagev1.VolumeAttachment {
@@ -274,5 +484,20 @@ func (e *Executor) current(name string) func() *storagev1.VolumeAttachment {
 			return nil
 		}
 		return va
+	}
+}
+
+// writeContext returns the context of one API request of an operation: it ends
+// writeGrace after ctx does, so that a request sent before the controller stops
+// gets its answer, and the controller learns what it changed.
+func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		timer := time.AfterFunc(writeGrace, cancel)
+		context.AfterFunc(wctx, func() { timer.Stop() })
+	})
+	return wctx, func() {
+		stop()
+		cancel()
 	}
 }

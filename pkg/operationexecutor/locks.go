@@ -14,19 +14,11 @@ const (
 	maxBackoff     = 2*time.Minute + 2*time.Second
 )
 
-// wholeVolume stands for every node: an operation on a single-attach volume holds
-// the volume across the cluster.
-const wholeVolume = ""
-
 // ErrPending means an operation that conflicts with the one asked for is running.
-var ErrPending = fmt.Errorf("an operation on this volume is already running")
+var ErrPending = errors.New("an operation on this volume is already running")
 
-// ErrInUse means a detach was called off because the node reported the volume in
-// use after all.
-var ErrInUse = errors.New("the node reports the volume in use; not detaching")
-
-// BackoffError means the last operation on the volume and node failed too
-// recently; the next may start after Remaining.
+// BackoffError means the last operation of the same kind on the volume and node
+// failed too recently; the next may start after Remaining.
 type BackoffError struct {
 	Remaining time.Duration
 }
@@ -35,83 +27,123 @@ func (e *BackoffError) Error() string {
 	return fmt.Sprintf("backing off after a failed operation, %s left", e.Remaining.Round(time.Millisecond))
 }
 
-type backoffKey struct {
+// kind tells attaches from detaches: a failure of one does not delay the other.
+type kind int
+
+const (
+	attachKind kind = iota
+	detachKind
+)
+
+// lockKey is what one operation holds: a single-attach volume across the cluster
+// (node empty), or a multi-attach volume on one node.
+type lockKey struct {
+	volume csivolume.UniqueName
+	node   string
+}
+
+// lockFor returns the key an operation on the volume and node holds.
+func lockFor(volume csivolume.UniqueName, node string, multiAttach bool) lockKey {
+	if multiAttach {
+		return lockKey{volume, node}
+	}
+	return lockKey{volume: volume}
+}
+
+func (k lockKey) wholeVolume() bool { return k.node == "" }
+
+type pairKey struct {
 	volume csivolume.UniqueName
 	node   string
 }
 
 type backoffEntry struct {
+	kind  kind
 	until time.Time
 	delay time.Duration
 }
 
-// locks grants operations: one at a time per volume for single-attach volumes
-// (node wholeVolume), one per volume and node for the others, with exponential
-// backoff per volume and node after a failure.
+// locks grants operations, one at a time per lock key, where a whole-volume key
+// conflicts with every key of the volume, and keeps an exponential backoff per
+// volume, node and kind of operation after a failure.
 type locks struct {
 	mu      sync.Mutex
 	running map[csivolume.UniqueName]map[string]struct{}
-	backoff map[backoffKey]backoffEntry
+	backoff map[pairKey]backoffEntry
 	now     func() time.Time
 }
 
 func newLocks(now func() time.Time) *locks {
 	return &locks{
 		running: make(map[csivolume.UniqueName]map[string]struct{}),
-		backoff: make(map[backoffKey]backoffEntry),
+		backoff: make(map[pairKey]backoffEntry),
 		now:     now,
 	}
 }
 
-// acquire takes the lock for an operation on the volume, on node (lockNode is
-// wholeVolume for a single-attach volume), unless a conflicting operation runs or
-// the pair is backing off.
-func (l *locks) acquire(volume csivolume.UniqueName, node, lockNode string) error {
+// acquire takes key for an operation of kind k on the volume and node, unless a
+// conflicting operation runs or the last one of the same kind failed too recently.
+// A backoff left by the other kind is dropped: it was about something else.
+func (l *locks) acquire(key lockKey, node string, k kind) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	held := l.running[volume]
-	if _, ok := held[wholeVolume]; ok {
+	held := l.running[key.volume]
+	if _, ok := held[""]; ok {
 		return ErrPending
 	}
-	if lockNode == wholeVolume && len(held) > 0 {
+	if key.wholeVolume() && len(held) > 0 {
 		return ErrPending
 	}
-	if _, ok := held[lockNode]; ok {
+	if _, ok := held[key.node]; ok {
 		return ErrPending
 	}
-	if b, ok := l.backoff[backoffKey{volume, node}]; ok {
-		if remaining := b.until.Sub(l.now()); remaining > 0 {
+	pk := pairKey{key.volume, node}
+	if b, ok := l.backoff[pk]; ok {
+		if b.kind != k {
+			delete(l.backoff, pk)
+		} else if remaining := b.until.Sub(l.now()); remaining > 0 {
 			return &BackoffError{Remaining: remaining}
 		}
 	}
 	if held == nil {
 		held = make(map[string]struct{})
-		l.running[volume] = held
+		l.running[key.volume] = held
 	}
-	held[lockNode] = struct{}{}
+	held[key.node] = struct{}{}
 	return nil
 }
 
-// release frees the lock and records the outcome for the backoff.
-func (l *locks) release(volume csivolume.UniqueName, node, lockNode string, failed bool) {
+// free releases key without touching the backoff: the operation never started.
+func (l *locks) free(key lockKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if held := l.running[volume]; held != nil {
-		delete(held, lockNode)
+	l.freeLocked(key)
+}
+
+func (l *locks) freeLocked(key lockKey) {
+	if held := l.running[key.volume]; held != nil {
+		delete(held, key.node)
 		if len(held) == 0 {
-			delete(l.running, volume)
+			delete(l.running, key.volume)
 		}
 	}
-	key := backoffKey{volume, node}
+}
+
+// release frees key and records the outcome for the backoff.
+func (l *locks) release(key lockKey, node string, k kind, failed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freeLocked(key)
+	pk := pairKey{key.volume, node}
 	if !failed {
-		delete(l.backoff, key)
+		delete(l.backoff, pk)
 		return
 	}
 	delay := initialBackoff
-	if b, ok := l.backoff[key]; ok {
+	if b, ok := l.backoff[pk]; ok && b.kind == k && l.now().Sub(b.until) <= maxBackoff {
 		delay = min(2*b.delay, maxBackoff)
 	}
-	l.backoff[key] = backoffEntry{until: l.now().Add(delay), delay: delay}
+	l.backoff[pk] = backoffEntry{kind: k, until: l.now().Add(delay), delay: delay}
 }
 
 // isRunning tells whether an operation on the volume runs that involves the node.
@@ -119,24 +151,38 @@ func (l *locks) isRunning(volume csivolume.UniqueName, node string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held := l.running[volume]
-	_, whole := held[wholeVolume]
+	_, whole := held[""]
 	_, own := held[node]
 	return whole || own
 }
 
-// anyRunning tells whether any operation on the volume runs.
-func (l *locks) anyRunning(volume csivolume.UniqueName) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.running[volume]) > 0
-}
-
-// resetBackoff lets the next operation on the volume and node start at once.
+// resetBackoff lets the next operation on the volume and node start at once. It
+// reports whether the pair was backing off after a failed attach.
 func (l *locks) resetBackoff(volume csivolume.UniqueName, node string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := backoffKey{volume, node}
-	_, ok := l.backoff[key]
-	delete(l.backoff, key)
-	return ok
+	pk := pairKey{volume, node}
+	b, ok := l.backoff[pk]
+	delete(l.backoff, pk)
+	return ok && b.kind == attachKind
+}
+
+// forgetExpired drops the backoff entries that ran out more than maxBackoff ago:
+// the next failure starts from the initial delay anyway.
+func (l *locks) forgetExpired() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	for pk, b := range l.backoff {
+		if now.Sub(b.until) > maxBackoff {
+			delete(l.backoff, pk)
+		}
+	}
+}
+
+// backoffEntries returns how many backoff entries are kept.
+func (l *locks) backoffEntries() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.backoff)
 }

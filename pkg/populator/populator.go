@@ -11,12 +11,16 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-helpers/storage/ephemeral"
 	csitranslation "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
@@ -65,12 +69,16 @@ type Listers struct {
 }
 
 // Populator keeps the desired state in step with pods and what they reference.
+// Pods are re-evaluated from a work queue keyed by pod, so that one pod is never
+// evaluated twice at once: an older evaluation finishing last could bring back a
+// pod that is gone.
 type Populator struct {
 	listers    Listers
 	desired    *cache.DesiredState
 	translator csitranslation.CSITranslator
 	// changed receives the volumes whose desired state changed.
 	changed func(csivolume.UniqueName)
+	queue   workqueue.TypedRateLimitingInterface[string]
 
 	mu           sync.Mutex
 	podsByDriver map[string]map[string]struct{}
@@ -80,58 +88,99 @@ type Populator struct {
 // New returns a Populator that records into desired and reports changed volumes.
 func New(listers Listers, desired *cache.DesiredState, changed func(csivolume.UniqueName)) *Populator {
 	return &Populator{
-		listers:      listers,
-		desired:      desired,
-		translator:   csitranslation.New(),
-		changed:      changed,
+		listers:    listers,
+		desired:    desired,
+		translator: csitranslation.New(),
+		changed:    changed,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
 		podsByDriver: make(map[string]map[string]struct{}),
 		driversByPod: make(map[string][]string),
 	}
 }
 
-// SyncPod re-evaluates the pod with the given namespace/name key.
-func (p *Populator) SyncPod(ctx context.Context, key string) {
+// Enqueue asks for the pod with the given namespace/name key to be re-evaluated.
+func (p *Populator) Enqueue(key string) { p.queue.Add(key) }
+
+// Run re-evaluates queued pods with the given number of workers until ctx ends.
+func (p *Populator) Run(ctx context.Context, workers int) {
+	defer p.queue.ShutDown()
+	for range workers {
+		go wait.UntilWithContext(ctx, p.work, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (p *Populator) work(ctx context.Context) {
+	for {
+		key, shutdown := p.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := p.SyncPod(ctx, key); err != nil {
+			klog.FromContext(ctx).Error(err, "Re-evaluating a pod failed, will retry", "pod", key)
+			p.queue.AddRateLimited(key)
+		} else {
+			p.queue.Forget(key)
+		}
+		p.queue.Done(key)
+	}
+}
+
+// Drain re-evaluates, now, every pod queued so far: at start-up, before the first
+// decision, and before the workers run.
+func (p *Populator) Drain(ctx context.Context) {
+	for p.queue.Len() > 0 {
+		key, _ := p.queue.Get()
+		if err := p.SyncPod(ctx, key); err != nil {
+			klog.FromContext(ctx).Error(err, "Evaluating a pod at start-up failed, will retry", "pod", key)
+			p.queue.AddRateLimited(key)
+		}
+		p.queue.Done(key)
+	}
+}
+
+// SyncPod re-evaluates the pod with the given namespace/name key now. Outside of
+// start-up, use Enqueue: it keeps evaluations of one pod apart.
+func (p *Populator) SyncPod(ctx context.Context, key string) error {
 	logger := klog.FromContext(ctx)
 	namespace, name, err := toolscache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		logger.Error(err, "Bad pod key", "key", key)
-		return
+		return nil
 	}
 	pod, err := p.listers.Pods.Pods(namespace).Get(name)
 	if apierrors.IsNotFound(err) || (err == nil && !needsVolumes(pod)) {
 		p.setDrivers(key, nil)
 		p.report(p.desired.DeletePod(key))
-		return
+		return nil
 	}
 	if err != nil {
-		logger.Error(err, "Reading pod from the informer", "pod", key)
-		return
+		return fmt.Errorf("reading pod %s from the informer: %w", key, err)
 	}
 	vols, drivers := p.podVolumes(klog.LoggerWithValues(logger, "pod", klog.KObj(pod)), pod)
 	p.setDrivers(key, drivers)
 	ref := cache.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	p.report(p.desired.SetPod(ref, pod.Spec.NodeName, vols))
+	return nil
 }
 
-// SyncAll re-evaluates every pod, and forgets recorded pods that are gone: the
-// periodic pass that catches what events missed.
-func (p *Populator) SyncAll(ctx context.Context) error {
-	pods, err := p.listers.Pods.List(everything)
+// AllPods returns the key of every pod the informer holds or the desired state
+// records: what a full pass must re-evaluate.
+func (p *Populator) AllPods() ([]string, error) {
+	pods, err := p.listers.Pods.List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing pods from the informer: %w", err)
+		return nil, fmt.Errorf("listing pods from the informer: %w", err)
 	}
-	seen := make(map[string]struct{}, len(pods))
+	keys := make(map[string]struct{}, len(pods))
 	for _, pod := range pods {
-		key := pod.Namespace + "/" + pod.Name
-		seen[key] = struct{}{}
-		p.SyncPod(ctx, key)
+		keys[pod.Namespace+"/"+pod.Name] = struct{}{}
 	}
 	for _, key := range p.desired.PodKeys() {
-		if _, ok := seen[key]; !ok {
-			p.SyncPod(ctx, key)
-		}
+		keys[key] = struct{}{}
 	}
-	return nil
+	return slices.Sorted(maps.Keys(keys)), nil
 }
 
 // PodsForClaim returns the keys of the pods that use the claim.

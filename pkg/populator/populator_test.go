@@ -538,23 +538,45 @@ func TestSyncPodReportsChanges(t *testing.T) {
 	}
 }
 
-func TestSyncAllForgetsVanishedPods(t *testing.T) {
+func TestFullPassForgetsVanishedPods(t *testing.T) {
 	claim := boundClaim("data", "pv-1")
 	pod := runningPod("web", claimVolume("data", "data"))
 	w := newWorld(t, pod, claim, csiPV("pv-1", "h-1", claim, v1.ReadWriteOnce))
 	ctx := context.Background()
-	if err := w.pop.SyncAll(ctx); err != nil {
-		t.Fatal(err)
+	fullPass := func() {
+		t.Helper()
+		keys, err := w.pop.AllPods()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range keys {
+			w.pop.Enqueue(key)
+		}
+		w.pop.Drain(ctx)
 	}
+	fullPass()
 	if len(w.desired.PodKeys()) != 1 {
-		t.Fatalf("PodKeys() = %q after SyncAll, want the pod", w.desired.PodKeys())
+		t.Fatalf("PodKeys() = %q after a full pass, want the pod", w.desired.PodKeys())
 	}
 	w.remove(t, pod)
-	if err := w.pop.SyncAll(ctx); err != nil {
-		t.Fatal(err)
-	}
+	fullPass()
 	if keys := w.desired.PodKeys(); len(keys) != 0 {
 		t.Errorf("PodKeys() = %q after the pod vanished, want none", keys)
+	}
+}
+
+// A pod queued by several handlers at once is evaluated once, from the latest
+// informer copy.
+func TestQueuedPodIsEvaluatedOnce(t *testing.T) {
+	claim := boundClaim("data", "pv-1")
+	pod := runningPod("web", claimVolume("data", "data"))
+	w := newWorld(t, pod, claim, csiPV("pv-1", "h-1", claim, v1.ReadWriteOnce))
+	for range 3 {
+		w.pop.Enqueue("app/web")
+	}
+	w.pop.Drain(context.Background())
+	if len(w.changed) != 1 {
+		t.Errorf("changed %q, want one report from one evaluation", w.changed)
 	}
 }
 

@@ -1,20 +1,16 @@
 package populator
 
 import (
+	"fmt"
 	"slices"
 
-	"fmt"
-
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/component-helpers/storage/ephemeral"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 )
-
-var everything = labels.Everything()
 
 // podVolumes returns the attachable volumes the pod needs, and every CSI driver its
 // volumes use (attachable or not), so that a CSIDriver change finds the pod. A

@@ -9,6 +9,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -26,10 +27,11 @@ import (
 
 // Executor starts attach and detach operations.
 type Executor interface {
+	// Attach starts attaching; it refuses with a *operationexecutor.HeldError
+	// when another node holds a single-attach volume.
 	Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error
-	Detach(ctx context.Context, att cache.Attachment, multiAttach, force bool) error
+	Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error
 	IsRunning(volume csivolume.UniqueName, node string) bool
-	AnyRunning(volume csivolume.UniqueName) bool
 	// AttachObserved tells the executor that the volume is attached to the node,
 	// so that an attach that had failed (timed out, attachError) and then
 	// succeeded on the driver's side is reported as a success.
@@ -42,8 +44,11 @@ type Config struct {
 	Actual   *cache.ActualState
 	Nodes    *cache.Nodes
 	Executor Executor
-	Events   *podevents.Emitter
-	Metrics  *metrics.Metrics
+	// NodeStatus is asked to write a node's status when a volume is to be listed
+	// there again.
+	NodeStatus interface{ Enqueue(node string) }
+	Events     *podevents.Emitter
+	Metrics    *metrics.Metrics
 	// MaxWaitForUnmount is how long a volume still mounted on a node that no
 	// longer needs it is left attached before a force detach is considered.
 	MaxWaitForUnmount time.Duration
@@ -55,7 +60,7 @@ type Config struct {
 // Reconciler reconciles volumes taken from its work queue.
 type Reconciler struct {
 	cfg   Config
-	queue workqueue.TypedRateLimitingInterface[csivolume.UniqueName]
+	queue workqueue.TypedDelayingInterface[csivolume.UniqueName]
 }
 
 // New returns a Reconciler.
@@ -65,9 +70,8 @@ func New(cfg Config) *Reconciler {
 	}
 	return &Reconciler{
 		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[csivolume.UniqueName](),
-			workqueue.TypedRateLimitingQueueConfig[csivolume.UniqueName]{Name: "volumes"}),
+		queue: workqueue.NewTypedDelayingQueueWithConfig(
+			workqueue.TypedDelayingQueueConfig[csivolume.UniqueName]{Name: "volumes"}),
 	}
 }
 
@@ -105,7 +109,7 @@ func (r *Reconciler) Sync(ctx context.Context, name csivolume.UniqueName) time.D
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "volume", name)
 	ctx = klog.NewContext(ctx, logger)
 	desired, _ := r.cfg.Desired.Volume(name)
-	attachments := r.cfg.Actual.Attachments(name)
+	attachments := r.cfg.Actual.Volume(name)
 	var next requeue
 	r.detach(ctx, desired, attachments, &next)
 	if len(desired.Nodes) > 0 {
@@ -123,101 +127,86 @@ func (q *requeue) at(d time.Duration) {
 	}
 }
 
-func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.Attachment, next *requeue) {
+func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.OnNode, next *requeue) {
 	logger := klog.FromContext(ctx)
-	for _, att := range attachments {
-		if _, wanted := desired.Nodes[att.Node]; wanted {
-			r.cfg.Actual.ClearDetachWanted(att.Volume, att.Node)
+	for _, on := range attachments {
+		if _, wanted := desired.Nodes[on.Node]; wanted {
+			r.cfg.Actual.EndUnmountWait(on.Volume, on.Node)
 			continue
 		}
-		node := r.cfg.Nodes.Get(att.Node)
-		if node.Exists && !node.Managed {
+		node := r.cfg.Nodes.Get(on.Node)
+		if node.Exists() && !node.Managed {
 			continue
 		}
-		if att.Deleting || r.cfg.Executor.IsRunning(att.Volume, att.Node) {
+		if on.Deleting() {
 			continue
 		}
-		reason := ""
-		switch {
-		case !node.Mounted(att.Volume):
-		case node.OutOfService:
-			reason = "out-of-service"
-		default:
-			since := r.cfg.Actual.DetachWantedSince(att.Volume, att.Node, r.cfg.Now())
-			waited := r.cfg.Now().Sub(since)
-			if waited < r.cfg.MaxWaitForUnmount {
-				logger.V(4).Info("Waiting for unmount before detaching", "node", att.Node, "waited", waited)
-				next.at(r.cfg.MaxWaitForUnmount - waited)
-				continue
+		force := operationexecutor.NotForced
+		if node.Mounted(on.Volume) {
+			if node.OutOfService {
+				force = operationexecutor.ForceOutOfService
+			} else {
+				started := r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, r.cfg.Now())
+				waited := r.cfg.Now().Sub(started)
+				if waited < r.cfg.MaxWaitForUnmount {
+					logger.V(4).Info("Waiting for unmount before detaching", "node", on.Node, "waited", waited)
+					next.at(r.cfg.MaxWaitForUnmount - waited)
+					continue
+				}
+				if r.cfg.DisableForceDetachOnTimeout || node.Ready {
+					logger.V(4).Info("Volume still mounted after the maximum wait; not force-detaching",
+						"node", on.Node, "waited", waited, "nodeReady", node.Ready, "forceDetachDisabled", r.cfg.DisableForceDetachOnTimeout)
+					continue
+				}
+				force = operationexecutor.ForceUnmountTimeout
 			}
-			if r.cfg.DisableForceDetachOnTimeout || node.Ready {
-				logger.V(4).Info("Volume still mounted after the maximum wait; not force-detaching",
-					"node", att.Node, "waited", waited, "nodeReady", node.Ready, "forceDetachDisabled", r.cfg.DisableForceDetachOnTimeout)
-				continue
-			}
-			reason = "unmount-timeout"
 		}
-		err := r.cfg.Executor.Detach(ctx, att, desired.Spec.MultiAttach, reason != "")
-		if r.handleStartError(ctx, err, att.Node, next) && reason != "" {
-			logger.Info("Force-detaching a volume the node may still have mounted", "node", att.Node, "reason", reason)
-			r.cfg.Metrics.ForceDetaches.WithLabelValues(reason).Inc()
-		}
+		r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, force), on.Node, next)
 	}
 }
 
-func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.Attachment, next *requeue) {
+func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.OnNode, next *requeue) {
 	spec := desired.Spec
-	nodes := make([]string, 0, len(desired.Nodes))
-	for n := range desired.Nodes {
-		nodes = append(nodes, n)
-	}
-	slices.Sort(nodes)
-	for _, nodeName := range nodes {
-		idx := slices.IndexFunc(attachments, func(a cache.Attachment) bool { return a.Node == nodeName })
-		if idx >= 0 {
-			att := attachments[idx]
-			if att.Deleting {
+	for _, nodeName := range slices.Sorted(maps.Keys(desired.Nodes)) {
+		pods := desired.Nodes[nodeName]
+		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == nodeName }); i >= 0 {
+			on := attachments[i]
+			if on.Deleting() {
 				continue
 			}
-			if att.Attached {
+			if on.Attached() {
 				r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
-				r.cfg.Executor.AttachObserved(spec, nodeName, desired.Nodes[nodeName])
+				r.cfg.Executor.AttachObserved(spec, nodeName, pods)
+				r.reportAgain(on)
 				continue
 			}
 		}
 		node := r.cfg.Nodes.Get(nodeName)
-		if !node.Exists || !node.Managed || r.cfg.Executor.IsRunning(spec.Name, nodeName) {
+		if !node.Exists() || !node.Managed {
 			continue
 		}
-		if !spec.MultiAttach {
-			if holders := r.holders(spec, nodeName, attachments); len(holders) > 0 {
-				r.reportMultiAttach(ctx, desired, nodeName, holders)
-				continue
-			}
-			if idx < 0 && r.cfg.Executor.AnyRunning(spec.Name) {
-				continue
-			}
+		err := r.cfg.Executor.Attach(ctx, spec, nodeName, pods)
+		var held *operationexecutor.HeldError
+		if errors.As(err, &held) {
+			r.reportMultiAttach(ctx, desired, nodeName, held.Nodes)
+			continue
 		}
-		err := r.cfg.Executor.Attach(ctx, spec, nodeName, desired.Nodes[nodeName])
 		if r.handleStartError(ctx, err, nodeName, next) && !spec.MultiAttach {
 			return
 		}
 	}
 }
 
-// holders returns the nodes other than node where a VolumeAttachment for the
-// volume exists, in whatever state.
-func (r *Reconciler) holders(spec cache.Volume, node string, attachments []cache.Attachment) []string {
-	var out []string
-	for _, a := range attachments {
-		if a.Node != node {
-			out = append(out, a.Node)
-		}
+// reportAgain lists a wanted, attached volume in node status again if it was
+// taken out for a detach that is no longer running (the detach was called off, or
+// the previous controller stopped in the middle of it).
+func (r *Reconciler) reportAgain(on cache.OnNode) {
+	if !on.HiddenFromNodeStatus || r.cfg.Executor.IsRunning(on.Volume, on.Node) {
+		return
 	}
-	if spec.PVName != "" {
-		out = append(out, r.cfg.Actual.UnresolvedHolders(spec.PVName, node)...)
+	if r.cfg.Actual.SetHiddenFromNodeStatus(on.Volume, on.Node, false) {
+		r.cfg.NodeStatus.Enqueue(on.Node)
 	}
-	return out
 }
 
 // handleStartError reports whether the operation started, and schedules a retry

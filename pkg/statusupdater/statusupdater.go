@@ -1,7 +1,9 @@
 // Package statusupdater writes node.status.volumesAttached, the list kubelet waits
 // for before it mounts, from the controller's actual state: one merge patch per node
-// whose list changed, covering every volume that changed with it, based on the
-// informer's copy of the node (no GET), and nothing for a node that is gone.
+// whose list changed, covering every volume that changed with it, and nothing for a
+// node that is gone. Reports of new attachments are based on the informer's copy of
+// the node (no GET); a detach asks for confirmation instead, which only what the API
+// server itself returned can give.
 package statusupdater
 
 import (
@@ -9,8 +11,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,8 +31,6 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 )
 
-const csiPrefix = "kubernetes.io/csi/"
-
 // Updater keeps node.status.volumesAttached in step with the actual state.
 type Updater struct {
 	client  kubernetes.Interface
@@ -41,19 +41,26 @@ type Updater struct {
 	// backlog tells how long other requests now wait for the client's rate limit.
 	backlog func() time.Duration
 
+	// tickets orders confirmations and the requests that answer them.
+	tickets atomic.Uint64
+
 	mu      sync.Mutex
 	perNode map[string]*nodeRecord
 	// scheduled holds the nodes whose write is waiting for its batch window.
 	scheduled map[string]bool
 }
 
-// nodeRecord serialises the writes for one node and remembers the last list
+// nodeRecord serialises the writes for one node. It remembers the last list
 // written, with the resourceVersion of the informer copy it was based on: while the
-// informer still shows that version, the written list is the current one.
+// informer still shows that version, the written list is the current one. It also
+// keeps the node as the API server last returned it, with the ticket taken when
+// that request was sent, so that confirmations asked for before then share it.
 type nodeRecord struct {
 	mu          sync.Mutex
 	baseVersion string
 	written     []v1.AttachedVolume
+	fresh       *v1.Node
+	freshTicket uint64
 }
 
 // New returns an Updater. backlog, if not nil, tells how long requests of the
@@ -119,7 +126,7 @@ func (u *Updater) work(ctx context.Context) {
 		u.mu.Lock()
 		delete(u.scheduled, node)
 		u.mu.Unlock()
-		if _, err := u.Sync(ctx, node); err != nil {
+		if err := u.Sync(ctx, node); err != nil {
 			utilruntime.HandleErrorWithContext(ctx, err, "Writing node status failed, will retry", "node", node)
 			u.queue.AddRateLimited(node)
 		} else {
@@ -136,6 +143,13 @@ func (u *Updater) Forget(node string) {
 	delete(u.perNode, node)
 }
 
+// RecordedNodes returns how many nodes the updater keeps a record for.
+func (u *Updater) RecordedNodes() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.perNode)
+}
+
 func (u *Updater) record(node string) *nodeRecord {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -148,24 +162,22 @@ func (u *Updater) record(node string) *nodeRecord {
 }
 
 // Sync writes the node's status.volumesAttached now if it differs from the actual
-// state, and returns once it is written, with the node as it stood right after (the
-// patch's response, or the informer's copy when nothing needed writing). A node
-// that does not exist has nothing to write and is returned as nil. Entries of other
-// volume plugins are kept as they are.
-func (u *Updater) Sync(ctx context.Context, nodeName string) (*v1.Node, error) {
+// state, judged from the informer's copy of the node. A node that does not exist
+// has nothing to write. Entries of other volume plugins are kept as they are.
+func (u *Updater) Sync(ctx context.Context, nodeName string) error {
 	r := u.record(nodeName)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-
 	node, err := u.nodes.Get(nodeName)
 	if apierrors.IsNotFound(err) {
-		return nil, nil
+		u.Forget(nodeName)
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
+		return fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
 	}
-	if node.Annotations[cache.ManagedAnnotation] != "true" {
-		return node, nil
+	if !cache.IsManaged(node) {
+		return nil
 	}
 	current := node.Status.VolumesAttached
 	if r.written != nil && node.ResourceVersion == r.baseVersion {
@@ -173,25 +185,89 @@ func (u *Updater) Sync(ctx context.Context, nodeName string) (*v1.Node, error) {
 	}
 	want := desiredList(current, u.actual.ReportedVolumes(nodeName))
 	if sameList(current, want) {
-		return node, nil
+		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": want}})
+	_, err = u.patch(ctx, r, node, want, u.tickets.Add(1))
+	return err
+}
+
+// Confirm makes the API server's status.volumesAttached of the node match the
+// actual state as it stands when Confirm is called, and returns the node as the
+// API server returned it once it does: the response to the patch, or to a read
+// when no patch was needed. Calls for the same node made while a request is on its
+// way share the next one. It returns nil for a node that does not exist, or that
+// is not managed by this controller.
+func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error) {
+	ticket := u.tickets.Add(1)
+	r := u.record(nodeName)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.freshTicket > ticket {
+		return r.fresh, nil
+	}
+	base, err := u.nodes.Get(nodeName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
+	}
+	if base != nil && cache.IsManaged(base) {
+		current := base.Status.VolumesAttached
+		if r.written != nil && base.ResourceVersion == r.baseVersion {
+			current = r.written
+		}
+		if want := desiredList(current, u.actual.ReportedVolumes(nodeName)); !sameList(current, want) {
+			patched, err := u.patch(ctx, r, base, want, u.tickets.Add(1))
+			if err != nil || patched == nil || sameList(patched.Status.VolumesAttached, want) {
+				return patched, err
+			}
+		}
+	}
+	// The informer's copy needed no patch, or the patch met a newer list than that
+	// copy held: read what the API server holds, and write again if it differs.
+	readTicket := u.tickets.Add(1)
+	fresh, err := u.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		r.fresh, r.freshTicket = nil, readTicket
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading node %s from the API server: %w", nodeName, err)
+	case !cache.IsManaged(fresh):
+		r.fresh, r.freshTicket = nil, readTicket
+		return nil, nil
+	}
+	r.fresh, r.freshTicket = fresh, readTicket
+	want := desiredList(fresh.Status.VolumesAttached, u.actual.ReportedVolumes(nodeName))
+	if sameList(fresh.Status.VolumesAttached, want) {
+		return fresh, nil
+	}
+	return u.patch(ctx, r, fresh, want, u.tickets.Add(1))
+}
+
+// patch writes want as the node's status.volumesAttached and records the result.
+// ticket was taken before the request was sent.
+func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want []v1.AttachedVolume, ticket uint64) (*v1.Node, error) {
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": want}})
 	if err != nil {
-		return nil, fmt.Errorf("encoding the status patch of node %s: %w", nodeName, err)
+		return nil, fmt.Errorf("encoding the status patch of node %s: %w", base.Name, err)
 	}
-	patched, err := u.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	patched, err := u.client.CoreV1().Nodes().Patch(ctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
+		r.fresh, r.freshTicket = nil, ticket
 		return nil, nil
 	}
 	if err != nil {
 		u.metrics.NodeStatusPatches.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("patching status.volumesAttached of node %s: %w", nodeName, err)
+		// The patch may or may not have been applied: forget the list written, so
+		// that the next write starts from what the informer shows.
+		r.written = nil
+		return nil, fmt.Errorf("patching status.volumesAttached of node %s: %w", base.Name, err)
 	}
 	u.metrics.NodeStatusPatches.WithLabelValues("success").Inc()
-	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", nodeName, "volumesAttached", len(want))
-	r.baseVersion = node.ResourceVersion
+	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", base.Name, "volumesAttached", len(want))
+	r.baseVersion = base.ResourceVersion
 	r.written = want
+	r.fresh, r.freshTicket = patched, ticket
 	return patched, nil
 }
 
@@ -200,7 +276,7 @@ func (u *Updater) Sync(ctx context.Context, nodeName string) (*v1.Node, error) {
 func desiredList(current []v1.AttachedVolume, reported []csivolume.UniqueName) []v1.AttachedVolume {
 	out := make([]v1.AttachedVolume, 0, len(reported))
 	for _, av := range current {
-		if !strings.HasPrefix(string(av.Name), csiPrefix) {
+		if !csivolume.IsCSI(csivolume.UniqueName(av.Name)) {
 			out = append(out, av)
 		}
 	}

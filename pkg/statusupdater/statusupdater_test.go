@@ -216,7 +216,7 @@ func TestSync(t *testing.T) {
 			for _, v := range tc.hidden {
 				h.actual.SetHiddenFromNodeStatus(v, nodeName, true)
 			}
-			if _, err := h.updater.Sync(context.Background(), nodeName); err != nil {
+			if err := h.updater.Sync(context.Background(), nodeName); err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
 			patches := h.patches(t)
@@ -240,7 +240,7 @@ func TestSync(t *testing.T) {
 func TestSyncPatchBody(t *testing.T) {
 	h := newHarness(t, managedNode("1"), managedNode("1"))
 	h.attach(volA, true)
-	if _, err := h.updater.Sync(context.Background(), nodeName); err != nil {
+	if err := h.updater.Sync(context.Background(), nodeName); err != nil {
 		t.Fatal(err)
 	}
 	patches := h.patches(t)
@@ -264,7 +264,7 @@ func TestSyncBeforeTheInformerCatchesUp(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, managedNode("1"), managedNode("1"))
 	h.attach(volA, true)
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.patches(t)); n != 1 {
@@ -272,7 +272,7 @@ func TestSyncBeforeTheInformerCatchesUp(t *testing.T) {
 	}
 
 	h.client.ClearActions()
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.patches(t)); n != 0 {
@@ -280,7 +280,7 @@ func TestSyncBeforeTheInformerCatchesUp(t *testing.T) {
 	}
 
 	h.attach(volB, true)
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	patches := h.patches(t)
@@ -295,7 +295,7 @@ func TestSyncBeforeTheInformerCatchesUp(t *testing.T) {
 	if err := h.nodes.Update(managedNode("3", csiEntry(volA), csiEntry(volB))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.patches(t)); n != 0 {
@@ -305,7 +305,7 @@ func TestSyncBeforeTheInformerCatchesUp(t *testing.T) {
 	if err := h.nodes.Update(managedNode("4", csiEntry(volA))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.patches(t)); n != 1 {
@@ -318,7 +318,7 @@ func TestSyncErrors(t *testing.T) {
 	t.Run("node gone from the server", func(t *testing.T) {
 		h := newHarness(t, managedNode("1"))
 		h.attach(volA, true)
-		if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+		if err := h.updater.Sync(ctx, nodeName); err != nil {
 			t.Errorf("Sync = %v, want nil for a node that is gone", err)
 		}
 	})
@@ -332,12 +332,12 @@ func TestSyncErrors(t *testing.T) {
 			}
 			return false, nil, nil
 		})
-		if _, err := h.updater.Sync(ctx, nodeName); err == nil {
+		if err := h.updater.Sync(ctx, nodeName); err == nil {
 			t.Fatal("Sync = nil, want the patch error")
 		}
 		failing = false
 		h.client.ClearActions()
-		if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+		if err := h.updater.Sync(ctx, nodeName); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(h.patches(t)); n != 1 {
@@ -350,12 +350,12 @@ func TestForgetDropsTheWrittenList(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, managedNode("1"), managedNode("1"))
 	h.attach(volA, true)
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	h.updater.Forget(nodeName)
 	h.client.ClearActions()
-	if _, err := h.updater.Sync(ctx, nodeName); err != nil {
+	if err := h.updater.Sync(ctx, nodeName); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.patches(t)); n != 1 {

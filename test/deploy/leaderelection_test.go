@@ -1,14 +1,12 @@
 package deploy
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/invariant"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
@@ -34,7 +32,7 @@ func TestFailoverRounds(t *testing.T) {
 		volumes = 4
 	)
 	w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 3, UnmountDelay: 200 * time.Millisecond, AttachDelay: 300 * time.Millisecond, DetachDelay: 300 * time.Millisecond})
-	checker := startChecker(t)
+	suite.StartChecker(t, env.Env)
 	var replicas []*replica
 	start := func() *replica {
 		r := startReplica(t, fmt.Sprintf("r%d", len(replicas)), replicaOptions{account: controllerAccount, lease: lease, args: shortLeaseArgs})
@@ -126,7 +124,6 @@ func TestFailoverRounds(t *testing.T) {
 	standby.terminate()
 	leader.terminate()
 
-	checkInvariants(t, checker)
 	requests := checkOnlyLeaderWrites(t, lease, replicas)
 	for i, tk := range takeovers {
 		mine := requestsOf(requests, tk.leader.credential)
@@ -161,7 +158,7 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 	)
 	w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 1, AttachDelay: 300 * time.Millisecond})
 	node := w.Nodes[0]
-	checker := startChecker(t)
+	suite.StartChecker(t, env.Env)
 	opts := replicaOptions{account: controllerAccount, lease: lease}
 	a := startReplica(t, "a", opts)
 	waitLeader(t, lease, a, operationTimeout)
@@ -173,8 +170,8 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 	afterKill := w.CreateVolume("after-kill", workload.VolumeOptions{})
 	killed := time.Now()
 	a.kill()
-	if holder := leaseHolder(t, lease); holder != a.identity() {
-		t.Errorf("right after SIGKILL the lease is held by %q, want the killed leader %q", holder, a.identity())
+	if holder := leaseHolder(t, lease); holder != a.ctrl.Identity() {
+		t.Errorf("right after SIGKILL the lease is held by %q, want the killed leader %q", holder, a.ctrl.Identity())
 	}
 	w.CreatePod("after-kill", node, afterKill.Claim)
 	waitLeader(t, lease, b, leaseDuration+maxRetryWait+operationTimeout)
@@ -189,7 +186,7 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 	stopped := time.Now()
 	b.terminate()
 	exited := time.Since(stopped)
-	if holder := leaseHolder(t, lease); holder != "" && holder != a2.identity() {
+	if holder := leaseHolder(t, lease); holder != "" && holder != a2.ctrl.Identity() {
 		t.Errorf("after SIGTERM the stopped leader's lease is held by %q, want it released", holder)
 	}
 	w.CreatePod("after-term", node, afterTerm.Claim)
@@ -198,7 +195,6 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 	termAttached := time.Since(stopped)
 	a2.terminate()
 
-	checkInvariants(t, checker)
 	requests := checkOnlyLeaderWrites(t, lease, []*replica{a, b, a2})
 	killLease, killWrite := takeoverTimes(t, requests, b, lease, killed)
 	termLease, termWrite := takeoverTimes(t, requests, a2, lease, stopped)
@@ -217,26 +213,6 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 		t.Errorf("after SIGTERM the lease was taken over after %s, want at most %s", termLease, limit)
 	}
 	checkNoRefusals(t, []*replica{a, b, a2})
-}
-
-// startChecker starts the invariant checker on the whole cluster.
-func startChecker(t *testing.T) *invariant.Checker {
-	t.Helper()
-	c, err := invariant.Start(context.Background(), env.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	return c
-}
-
-// checkInvariants stops the checker and fails the test on any violation.
-func checkInvariants(t *testing.T, c *invariant.Checker) {
-	t.Helper()
-	c.Stop()
-	for _, v := range c.Violations() {
-		t.Errorf("safety rule broken: %s", v)
-	}
 }
 
 // waitGauge waits until the replica's leader metric has the value.

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -25,15 +24,7 @@ func TestCrashBetweenEveryPairOfWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer checker.Stop()
-	proxy, err := killproxy.Start(ctx, killproxy.Options{Upstream: env.AdminConfig()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	kubeconfig := filepath.Join(t.TempDir(), "proxy.kubeconfig")
-	if err := proxy.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	proxy, kubeconfig := startProxy(t, env.Env)
 
 	var writes []killproxy.Write
 	t.Run("no-kill", func(t *testing.T) {

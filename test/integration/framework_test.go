@@ -8,6 +8,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
 var env *suite.Env
@@ -30,14 +31,20 @@ type scenarioOptions struct {
 	noController bool
 	// kubeconfig, when set, is the one the controller uses instead of the admin's.
 	kubeconfig string
+	// env is the control plane, when not the package's.
+	env *testenv.Env
 }
 
 func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 	t.Helper()
-	s := &scenario{World: suite.NewSimWorld(t, env.Env, opts.SimOptions)}
+	e := opts.env
+	if e == nil {
+		e = env.Env
+	}
+	s := &scenario{World: suite.NewSimWorld(t, e, opts.SimOptions)}
 	kubeconfig := opts.kubeconfig
 	if kubeconfig == "" {
-		kubeconfig = env.AdminKubeconfig
+		kubeconfig = e.AdminKubeconfig
 	}
 	var err error
 	s.ctrl, err = controllerproc.New(t.Context(), controllerproc.Options{
