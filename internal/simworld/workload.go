@@ -1,0 +1,312 @@
+package simworld
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+)
+
+// workloadLoop makes one random change, then schedules the next while changes go on.
+func (w *World) workloadLoop() {
+	if !w.changes {
+		return
+	}
+	ops := []struct {
+		weight int
+		do     func() bool
+	}{
+		{30, w.createPod},
+		{12, w.deletePod},
+		{12, w.movePod},
+		{4, w.completePod},
+		{5, w.nodeNotReady},
+		{6, w.nodeReady},
+		{3, w.taintNode},
+		{3, w.untaintNode},
+		{2, w.removeNode},
+		{3, w.recreateNode},
+		{4, w.createLatePV},
+	}
+	total := 0
+	for _, op := range ops {
+		total += op.weight
+	}
+	for range 5 { // an op may find nothing to do; try another
+		pick := w.rng.IntN(total)
+		for _, op := range ops {
+			if pick < op.weight {
+				if op.do() {
+					w.After(w.jitter(200*time.Millisecond, 6*time.Second), w.workloadLoop)
+					return
+				}
+				break
+			}
+			pick -= op.weight
+		}
+	}
+	w.After(w.jitter(200*time.Millisecond, 6*time.Second), w.workloadLoop)
+}
+
+// livePod is a pod the workload may still delete or move.
+type livePod struct {
+	namespace, name, node string
+	claims                []string
+}
+
+// podState reads the pods: those not deleted and not finished, and the claims
+// they use.
+func (w *World) podState() (live []livePod, used map[string]bool) {
+	used = map[string]bool{}
+	w.store.Read(func(r fakeapi.Reader) {
+		for _, pod := range fakeapi.List[*corev1.Pod](r) {
+			if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
+			p := livePod{namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName}
+			for _, v := range pod.Spec.Volumes {
+				p.claims = append(p.claims, v.PersistentVolumeClaim.ClaimName)
+				used[pod.Namespace+"/"+v.PersistentVolumeClaim.ClaimName] = true
+			}
+			live = append(live, p)
+		}
+	})
+	return live, used
+}
+
+// schedulable returns the nodes a scheduler would put a pod on: existing, Ready,
+// not tainted.
+func (w *World) schedulable(except string) []string {
+	var out []string
+	for _, name := range w.nodeNames() {
+		n := w.nodes[name]
+		if n.exists && n.ready && name != except {
+			if node, ok := getObject[*corev1.Node](w.store, "", name); ok && !OutOfService(node) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// createPod starts a pod on a schedulable node using one or two claims of a
+// namespace; a single-attach claim only if no other live pod uses it.
+func (w *World) createPod() bool {
+	_, used := w.podState()
+	return w.startPod(w.schedulable(""), used, nil)
+}
+
+func (w *World) startPod(nodes []string, used map[string]bool, claims []string) bool {
+	if len(nodes) == 0 {
+		return false
+	}
+	if claims == nil {
+		ns := []string{"ns-a", "ns-b"}[w.rng.IntN(2)]
+		for _, i := range w.rng.Perm(len(w.volumes)) {
+			v := w.volumes[i]
+			if v.namespace != ns || (v.mode != corev1.ReadWriteMany && used[ns+"/"+v.claim]) {
+				continue
+			}
+			claims = append(claims, v.claim)
+			if len(claims) == 2 || w.rng.IntN(3) > 0 {
+				break
+			}
+		}
+		if len(claims) == 0 {
+			return false
+		}
+	}
+	w.pods++
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.volumeNamespace(claims[0]), Name: fmt.Sprintf("pod-%d", w.pods)},
+		Spec:       corev1.PodSpec{NodeName: nodes[w.rng.IntN(len(nodes))], Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
+		}}},
+	}
+	for i, c := range claims {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+			Name:         fmt.Sprintf("data-%d", i),
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}},
+		})
+	}
+	w.create(pod)
+	w.logf("pod %s/%s created on %s using %v", pod.Namespace, pod.Name, pod.Spec.NodeName, claims)
+	return true
+}
+
+func (w *World) volumeNamespace(claim string) string {
+	for _, v := range w.volumes {
+		if v.claim == claim {
+			return v.namespace
+		}
+	}
+	panic("simworld: unknown claim " + claim)
+}
+
+// deletePod deletes a live pod gracefully: its containers stop within 5 s if its
+// kubelet runs, and it counts until then.
+func (w *World) deletePod() bool {
+	live, _ := w.podState()
+	if len(live) == 0 {
+		return false
+	}
+	w.gracefulDelete(live[w.rng.IntN(len(live))])
+	return true
+}
+
+func (w *World) gracefulDelete(p livePod) {
+	grace := w.jitter(0, 5*time.Second)
+	w.mutate("workload", fakeapi.Ref{Resource: fakeapi.Pods, Namespace: p.namespace, Name: p.name}, func(obj runtime.Object) bool {
+		pod := obj.(*corev1.Pod)
+		at := metav1.NewTime(time.Now().Add(grace))
+		pod.DeletionTimestamp = &at
+		return true
+	})
+	w.logf("pod %s/%s on %s deleted (grace %s)", p.namespace, p.name, p.node, grace.Round(time.Millisecond))
+}
+
+// movePod deletes a live pod and starts its replacement, with the same claims,
+// on another node at once: a single-attach volume must first leave the old node.
+func (w *World) movePod() bool {
+	live, used := w.podState()
+	if len(live) == 0 {
+		return false
+	}
+	p := live[w.rng.IntN(len(live))]
+	nodes := w.schedulable(p.node)
+	if len(nodes) == 0 {
+		return false
+	}
+	w.gracefulDelete(p)
+	return w.startPod(nodes, used, p.claims)
+}
+
+// completePod finishes a pod on a node whose kubelet runs.
+func (w *World) completePod() bool {
+	live, _ := w.podState()
+	for _, i := range w.rng.Perm(len(live)) {
+		p := live[i]
+		if n := w.nodes[p.node]; n == nil || !n.ready {
+			continue
+		}
+		w.mutate("kubelet/"+p.node, fakeapi.Ref{Resource: fakeapi.Pods, Namespace: p.namespace, Name: p.name}, func(obj runtime.Object) bool {
+			pod := obj.(*corev1.Pod)
+			pod.Status.Phase = corev1.PodSucceeded
+			stopContainers(pod)
+			return true
+		})
+		w.logf("pod %s/%s on %s succeeded", p.namespace, p.name, p.node)
+		return true
+	}
+	return false
+}
+
+// pickNode returns a random node for which ok holds.
+func (w *World) pickNode(ok func(n *node) bool) *node {
+	var candidates []*node
+	for _, name := range w.nodeNames() {
+		if n := w.nodes[name]; ok(n) {
+			candidates = append(candidates, n)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	return candidates[w.rng.IntN(len(candidates))]
+}
+
+func (w *World) nodeNotReady() bool {
+	n := w.pickNode(func(n *node) bool { return n.exists && n.ready })
+	if n == nil {
+		return false
+	}
+	w.setReady(n, false)
+	return true
+}
+
+func (w *World) nodeReady() bool {
+	n := w.pickNode(func(n *node) bool { return n.exists && !n.ready })
+	if n == nil {
+		return false
+	}
+	w.setReady(n, true)
+	return true
+}
+
+// taintNode marks a NotReady node out of service, as an admin does once it is
+// known to be shut down.
+func (w *World) taintNode() bool {
+	n := w.pickNode(func(n *node) bool { return n.exists && !n.ready })
+	if n == nil {
+		return false
+	}
+	w.setTaint(n, true)
+	return true
+}
+
+func (w *World) untaintNode() bool {
+	n := w.pickNode(func(n *node) bool {
+		node, ok := getObject[*corev1.Node](w.store, "", n.name)
+		return n.exists && ok && OutOfService(node)
+	})
+	if n == nil {
+		return false
+	}
+	w.setTaint(n, false)
+	return true
+}
+
+func (w *World) removeNode() bool {
+	n := w.pickNode(func(n *node) bool { return n.exists })
+	if n == nil {
+		return false
+	}
+	w.deleteNode(n)
+	return true
+}
+
+func (w *World) recreateNode() bool {
+	n := w.pickNode(func(n *node) bool { return !n.exists })
+	if n == nil {
+		return false
+	}
+	w.startNode(n.name)
+	return true
+}
+
+// createLatePV creates a PV whose claim was bound to it before it existed.
+func (w *World) createLatePV() bool {
+	for _, v := range w.volumes {
+		if !v.pvCreated {
+			w.createPV(v)
+			w.logf("PV %s created after its claim was bound", v.pv)
+			return true
+		}
+	}
+	return false
+}
+
+// podGCLoop force-deletes the pods of nodes that no longer exist, and of NotReady
+// nodes tainted out of service, as kube-controller-manager's pod GC does.
+func (w *World) podGCLoop() {
+	var doomed []fakeapi.Ref
+	w.store.Read(func(r fakeapi.Reader) {
+		for _, pod := range fakeapi.List[*corev1.Pod](r) {
+			node, ok := fakeapi.Get[*corev1.Node](r, "", pod.Spec.NodeName)
+			if !ok || (!Ready(node) && OutOfService(node)) {
+				doomed = append(doomed, fakeapi.Ref{Resource: fakeapi.Pods, Namespace: pod.Namespace, Name: pod.Name})
+			}
+		}
+	})
+	for _, ref := range doomed {
+		if err := w.store.Delete("pod-gc", ref); err == nil {
+			w.logf("pod GC: pod %s/%s force-deleted", ref.Namespace, ref.Name)
+		}
+	}
+	w.After(w.jitter(2*time.Second, 8*time.Second), w.podGCLoop)
+}

@@ -1,0 +1,144 @@
+package simulation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/simtrace"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+)
+
+// controllers runs one controller incarnation after another, as a Deployment
+// whose pod is killed and replaced: each on a client of its own, fenced the
+// instant it is killed, so that its goroutines still winding down write nothing
+// more.
+type controllers struct {
+	store *fakeapi.Store
+	plan  *plan
+	trace *simtrace.Trace
+
+	mu      sync.Mutex
+	n       int
+	current *incarnation
+	stopped bool
+	running sync.WaitGroup
+}
+
+type incarnation struct {
+	id     int
+	client *fakeapi.Client
+	cancel context.CancelFunc
+}
+
+func (cs *controllers) name(id int) string { return fmt.Sprintf("controller#%d", id) }
+
+// start starts a new incarnation, unless one runs or the controllers are stopped.
+func (cs *controllers) start() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.stopped || cs.current != nil {
+		return
+	}
+	cs.n++
+	id := cs.n
+	name := cs.name(id)
+	client := cs.store.NewClient(fakeapi.ClientOptions{
+		Name:    name,
+		Faults:  faults{p: cs.plan, incarnation: id},
+		OnCrash: func() { cs.kill(id, "killed at the instant its write was applied") },
+		Logf:    cs.trace.Addf,
+	})
+	api := client.Interface()
+	factory := controller.NewInformerFactory(api)
+	c, err := controller.New(controller.Clients{API: api, NodeStatus: api}, factory, recorder{trace: cs.trace, who: name}, metrics.New(), cs.plan.opts)
+	if err != nil {
+		panic(fmt.Sprintf("simulation: controller.New: %v", err))
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), cs.trace.Logger(name, 4)))
+	cs.current = &incarnation{id: id, client: client, cancel: cancel}
+	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
+	cs.running.Go(func() {
+		err := c.Run(ctx, func() { cs.trace.Addf("%s: ready", name) })
+		cancel()
+		factory.Shutdown()
+		cs.trace.Addf("%s: stopped (Run returned %v)", name, err)
+		if err != nil && ctx.Err() == nil {
+			cs.kill(id, "Run failed")
+		}
+	})
+}
+
+// kill kills incarnation id if it is the one running, and starts the next one
+// after a pause drawn from the seed.
+func (cs *controllers) kill(id int, why string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cur := cs.current
+	if cur == nil || cur.id != id {
+		return
+	}
+	cur.client.Fence()
+	cur.cancel()
+	cs.current = nil
+	cs.trace.Addf("%s: %s", cs.name(id), why)
+	if cs.stopped {
+		return
+	}
+	pause := time.Duration(faults{p: cs.plan, incarnation: id}.rng("restart").Int64N(int64(5 * time.Second)))
+	cs.running.Go(func() {
+		time.Sleep(pause)
+		cs.start()
+	})
+}
+
+// killCurrent kills whichever incarnation runs.
+func (cs *controllers) killCurrent(why string) {
+	cs.mu.Lock()
+	cur := cs.current
+	cs.mu.Unlock()
+	if cur != nil {
+		cs.kill(cur.id, why)
+	}
+}
+
+// stop kills the running incarnation and waits for every incarnation to end.
+func (cs *controllers) stop() {
+	cs.mu.Lock()
+	cs.stopped = true
+	cur := cs.current
+	cs.mu.Unlock()
+	if cur != nil {
+		cs.kill(cur.id, "stopped at the end of the seed")
+	}
+	cs.running.Wait()
+}
+
+// recorder puts the controller's events in the trace.
+type recorder struct {
+	trace *simtrace.Trace
+	who   string
+}
+
+func (r recorder) Event(obj runtime.Object, typ, reason, message string) {
+	name := "?"
+	if m, err := meta.Accessor(obj); err == nil {
+		name = m.GetNamespace() + "/" + m.GetName()
+	}
+	r.trace.Addf("%s: event on %s: %s %s: %s", r.who, name, typ, reason, message)
+}
+
+func (r recorder) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
+	r.Event(obj, typ, reason, fmt.Sprintf(format, args...))
+}
+
+func (r recorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, format string, args ...any) {
+	r.Event(obj, typ, reason, fmt.Sprintf(format, args...))
+}
