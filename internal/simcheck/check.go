@@ -24,6 +24,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
 )
 
@@ -220,10 +221,10 @@ func Converged(r fakeapi.Reader) []string {
 	listed := map[string]map[string]bool{}   // node → volumes it must list
 	for nv, v := range simworld.Wanted(r) {
 		node, ok := fakeapi.Get[*corev1.Node](r, "", nv.Node)
-		if !ok || node.Annotations[simworld.ManagedAnnotation] != "true" {
+		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" {
 			continue
 		}
-		want[simworld.AttachmentName(v.Driver, v.Handle, nv.Node)] = nv
+		want[sim.AttachmentName(v.Driver, v.Handle, nv.Node)] = nv
 		if listed[nv.Node] == nil {
 			listed[nv.Node] = map[string]bool{}
 		}
