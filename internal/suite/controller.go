@@ -3,7 +3,10 @@ package suite
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
 // WaitLog waits until the controller's log has a match for pattern and returns the
@@ -43,15 +47,42 @@ func LeaseHolder(ctx context.Context, client kubernetes.Interface, namespace, na
 	return *l.Spec.HolderIdentity
 }
 
-// WaitLeader waits until the controller holds the Lease namespace/name and returns
-// when it saw it.
-func WaitLeader(t testing.TB, client kubernetes.Interface, c *controllerproc.Controller, namespace, lease string, timeout time.Duration) time.Time {
+// WaitIdentity waits until the controller has logged its identity in its leader
+// Lease, and returns it.
+func WaitIdentity(t testing.TB, c *controllerproc.Controller) string {
 	t.Helper()
 	var id string
 	Eventually(t, WaitTimeout, "the controller to log its leader identity", func() bool {
 		id = c.Identity()
 		return id != ""
 	})
+	return id
+}
+
+// KeepLogOnFailure copies a log file into the control plane's directory when the
+// test fails, where testenv keeps the logs of failed runs and says so.
+func KeepLogOnFailure(t testing.TB, env *testenv.Env, name, path string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		data, err := os.ReadFile(path)
+		if err == nil {
+			dest := filepath.Join(env.Dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
+			err = os.WriteFile(dest, data, 0o644)
+			t.Logf("%s log kept in %s", name, dest)
+		}
+		if err != nil {
+			t.Logf("keeping the %s log: %v", name, err)
+		}
+	})
+}
+
+// WaitLeader waits until the controller holds the Lease namespace/name and returns
+// when it saw it.
+func WaitLeader(t testing.TB, client kubernetes.Interface, c *controllerproc.Controller, namespace, lease string, timeout time.Duration) time.Time {
+	t.Helper()
+	id := WaitIdentity(t, c)
 	Eventually(t, timeout, fmt.Sprintf("%s to hold lease %s/%s", id, namespace, lease), func() bool {
 		return LeaseHolder(context.Background(), client, namespace, lease) == id
 	})

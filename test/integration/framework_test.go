@@ -46,11 +46,13 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 	if kubeconfig == "" {
 		kubeconfig = e.AdminKubeconfig
 	}
+	logFile := filepath.Join(t.TempDir(), "controller.log")
+	suite.KeepLogOnFailure(t, e, "controller", logFile)
 	var err error
 	s.ctrl, err = controllerproc.New(t.Context(), controllerproc.Options{
 		Binary:     env.Controller,
 		Kubeconfig: kubeconfig,
-		LogFile:    filepath.Join(t.TempDir(), "controller.log"),
+		LogFile:    logFile,
 		Args:       opts.controllerArgs,
 	})
 	s.Must(err)

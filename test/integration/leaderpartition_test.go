@@ -29,6 +29,7 @@ func (s *scenario) startReplica(name, kubeconfig, lease string, args ...string) 
 		Args:        append([]string{"--leader-elect-resource-namespace=" + s.Namespace, "--leader-elect-resource-name=" + lease}, args...),
 	})
 	s.Must(err)
+	suite.KeepLogOnFailure(s.T, env.Env, "replica-"+name, r.LogFile())
 	s.Must(r.Start(s.T.Context()))
 	s.T.Cleanup(func() {
 		if s.T.Failed() {
@@ -147,20 +148,17 @@ func TestLeaderLosesOnlyTheLease(t *testing.T) {
 	cut := time.Now()
 	// Pods move every half second until the standby leads and the old leader has
 	// exited, so that there is work for both.
-	bLeads := make(chan time.Time, 1)
-	go func() {
-		s.waitLeader(lease, b, suite.WaitTimeout)
-		bLeads <- time.Now()
-	}()
+	bID := suite.WaitIdentity(t, b)
 	var tookOver time.Time
 	for tookOver.IsZero() || a.Process().Running() {
 		if time.Since(cut) > suite.WaitTimeout {
 			t.Fatalf("%s after the Lease requests began to fail: standby leads: %t, old leader runs: %t", suite.WaitTimeout, !tookOver.IsZero(), a.Process().Running())
 		}
 		f.move()
-		select {
-		case tookOver = <-bLeads:
-		case <-time.After(500 * time.Millisecond):
+		for next := time.Now().Add(500 * time.Millisecond); time.Now().Before(next); time.Sleep(suite.PollInterval) {
+			if tookOver.IsZero() && suite.LeaseHolder(t.Context(), s.Client, s.Namespace, lease) == bID {
+				tookOver = time.Now()
+			}
 		}
 	}
 	t.Logf("Lease requests of a failing from %s; b seen leading %s later; a exited %s later: %v",
