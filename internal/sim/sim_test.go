@@ -155,8 +155,8 @@ func TestKubeletVolumesInUse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading node: %v", err)
 	}
-	if created.Annotations[ControllerManagedAnnotation] != "true" || !isReady(created) {
-		t.Fatalf("node annotations %v, ready %t: want controller-managed and ready", created.Annotations, isReady(created))
+	if created.Annotations[ControllerManagedAnnotation] != "true" || !Ready(created) {
+		t.Fatalf("node annotations %v, ready %t: want controller-managed and ready", created.Annotations, Ready(created))
 	}
 
 	createBoundClaim(t, ns, "data", "kubelet-in-use-pv", "handle^with^carets")
@@ -198,8 +198,8 @@ func TestKubeletStuckVolumeAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading node: %v", err)
 	}
-	if isReady(before) || !k.IsInUse(node, vol) {
-		t.Fatalf("node ready %t, volume in use %t: want not ready, in use", isReady(before), k.IsInUse(node, vol))
+	if Ready(before) || !k.IsInUse(node, vol) {
+		t.Fatalf("node ready %t, volume in use %t: want not ready, in use", Ready(before), k.IsInUse(node, vol))
 	}
 	// Nothing changes: the node status is left alone.
 	time.Sleep(200 * time.Millisecond)

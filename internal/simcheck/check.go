@@ -109,7 +109,7 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 		c.health[name] = h
 	}
 	node, _ := obj.(*corev1.Node)
-	unhealthy := node == nil || !simworld.Ready(node)
+	unhealthy := node == nil || !sim.Ready(node)
 	oos := node != nil && simworld.OutOfService(node)
 	switch {
 	case unhealthy && !h.unhealthy:
@@ -168,7 +168,7 @@ func (c *Checker) describeNode(r fakeapi.Reader, name, vol string, now time.Time
 	if !ok {
 		return "deleted"
 	}
-	s := fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", simworld.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
+	s := fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
 	nv := simworld.NodeVolume{Node: name, Volume: vol}
 	if c.wanted[nv] {
 		return s + ", volume still needed by a pod there"
@@ -265,7 +265,7 @@ func Describe(r fakeapi.Reader) string {
 	var b strings.Builder
 	for _, node := range fakeapi.List[*corev1.Node](r) {
 		fmt.Fprintf(&b, "node %s Ready=%v out-of-service=%v volumesInUse=%v volumesAttached=%v\n",
-			node.Name, simworld.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse, node.Status.VolumesAttached)
+			node.Name, sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse, node.Status.VolumesAttached)
 	}
 	for _, pod := range fakeapi.List[*corev1.Pod](r) {
 		var vols []string

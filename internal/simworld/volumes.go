@@ -101,16 +101,6 @@ func Wanted(r fakeapi.Reader) map[NodeVolume]Volume {
 	return out
 }
 
-// Ready tells whether a node's Ready condition is True.
-func Ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // OutOfService tells whether a node has the out-of-service taint.
 func OutOfService(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == OutOfServiceTaint })
