@@ -2,7 +2,9 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -59,14 +61,18 @@ func WaitIdentity(t testing.TB, c *controllerproc.Controller) string {
 	return id
 }
 
-// KeepLogOnFailure copies a log file into the control plane's directory when the
-// test fails, where testenv keeps the logs of failed runs and says so.
+// KeepLogOnFailure copies a log file, if it was written, into the control plane's
+// directory when the test fails, where testenv keeps the logs of failed runs and
+// says so.
 func KeepLogOnFailure(t testing.TB, env *testenv.Env, name, path string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
 		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return
+		}
 		if err == nil {
 			dest := filepath.Join(env.Dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
 			err = os.WriteFile(dest, data, 0o644)
