@@ -8,8 +8,9 @@
 //     without one) never happens while the kubelet of its node has the volume
 //     mounted, unless the node carries the out-of-service taint, or the node is
 //     NotReady or deleted and no pod there has needed the volume for
-//     MaxWaitForUnmount. Since a request may be held back by an injected delay, a
-//     deletion also counts as allowed if the rule held within Grace before it.
+//     MaxWaitForUnmount. A node deleted while tainted counts as still tainted.
+//     Since a request may be held back by an injected delay, a deletion also
+//     counts as allowed if the rule held within Grace before it.
 package simcheck
 
 import (
@@ -110,7 +111,11 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 	}
 	node, _ := obj.(*corev1.Node)
 	unhealthy := node == nil || !sim.Ready(node)
-	oos := node != nil && simworld.OutOfService(node)
+	// A node deleted while out of service stays shut down.
+	oos := h.outOfService
+	if node != nil {
+		oos = simworld.OutOfService(node)
+	}
 	switch {
 	case unhealthy && !h.unhealthy:
 		h.unhealthySince = now
@@ -164,11 +169,10 @@ func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write, now time.Time
 }
 
 func (c *Checker) describeNode(r fakeapi.Reader, name, vol string, now time.Time) string {
-	node, ok := fakeapi.Get[*corev1.Node](r, "", name)
-	if !ok {
-		return "deleted"
+	s := "deleted"
+	if node, ok := fakeapi.Get[*corev1.Node](r, "", name); ok {
+		s = fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
 	}
-	s := fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
 	nv := simworld.NodeVolume{Node: name, Volume: vol}
 	if c.wanted[nv] {
 		return s + ", volume still needed by a pod there"

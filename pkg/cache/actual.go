@@ -3,6 +3,7 @@ package cache
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ type Attachment struct {
 	// Deleting is set once the object has a deletionTimestamp, or once the
 	// controller's delete of it was accepted.
 	Deleting bool
+	// DeleteUnsettled is set when the controller's delete got no answer and a
+	// read could not learn the outcome either: the object may be on its way out.
+	DeleteUnsettled bool
 	// AttachError mirrors status.attachError.message.
 	AttachError string
 	// MultiAttach tells whether the volume may be attached to several nodes, as
@@ -72,9 +76,9 @@ func (o OnNode) Attached() bool {
 	return slices.ContainsFunc(o.Objects, func(a Attachment) bool { return a.Attached })
 }
 
-// Deleting tells whether every object is being deleted.
+// Deleting tells whether every object is being deleted, or may be.
 func (o OnNode) Deleting() bool {
-	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.Deleting })
+	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.Deleting && !a.DeleteUnsettled })
 }
 
 // MultiAttach tells whether the volume's own spec allows several nodes; false
@@ -160,7 +164,11 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 	if att == nil || (att.UID != "" && att.UID != o.UID) {
 		att = &Attachment{}
 	}
+	// What the informer shows may predate the controller's delete: only a read
+	// made after it settles an unknown outcome.
+	unsettled := att.DeleteUnsettled && !o.Deleting
 	*att = Attachment{
+		DeleteUnsettled:  unsettled,
 		Volume:           o.Volume,
 		Node:             o.Node,
 		VolumeAttachment: o.VolumeAttachment,
@@ -225,14 +233,15 @@ func (s *ActualState) UnresolvedForPV(pvName string) []string {
 }
 
 // Forget removes what is recorded of a VolumeAttachment that is gone: any object
-// of that name when uid is empty, else only the object with that UID. It returns
-// the attachment it removed.
+// of that name when uid is empty, else only the object with that UID. A create
+// without an answer yet stays: the object gone may be an older one of that name.
+// It returns the attachment it removed.
 func (s *ActualState) Forget(name string, uid types.UID) (Attachment, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forgetUnresolvedLocked(name)
 	att, ok := s.objects[name]
-	if !ok || (uid != "" && att.UID != "" && att.UID != uid) {
+	if !ok || (uid != "" && att.UID != uid) {
 		return Attachment{}, false
 	}
 	s.removeLocked(att)
@@ -335,6 +344,22 @@ func (s *ActualState) ObjectNames() map[string]types.UID {
 	return out
 }
 
+// Unsettled returns the attachments whose existence only the API server can
+// settle: those the controller created, or tried to, that the informer has not
+// shown, and those whose delete had an unknown outcome.
+func (s *ActualState) Unsettled() []Attachment {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Attachment
+	for _, att := range s.objects {
+		if !att.Seen || att.DeleteUnsettled {
+			out = append(out, *att)
+		}
+	}
+	slices.SortFunc(out, func(a, b Attachment) int { return strings.Compare(a.VolumeAttachment, b.VolumeAttachment) })
+	return out
+}
+
 // Holders returns, sorted, the nodes other than except that hold the volume: a
 // VolumeAttachment for it exists there, or may exist (a create without an answer),
 // or a VolumeAttachment of unknown volume names the volume's PV there.
@@ -421,6 +446,16 @@ func (s *ActualState) MarkDeleting(name string, uid types.UID) {
 	defer s.mu.Unlock()
 	if att, ok := s.objects[name]; ok && (uid == "" || att.UID == "" || att.UID == uid) {
 		att.Deleting = true
+	}
+}
+
+// SetDeleteUnsettled records whether the outcome of the controller's delete of
+// the object is unknown.
+func (s *ActualState) SetDeleteUnsettled(name string, uid types.UID, unsettled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if att, ok := s.objects[name]; ok && (uid == "" || att.UID == "" || att.UID == uid) {
+		att.DeleteUnsettled = unsettled
 	}
 }
 

@@ -98,6 +98,9 @@ type Executor interface {
 	// ResetBackoff lets the next operation on the volume and node start at once;
 	// it reports whether the pair was backing off after a failed attach.
 	ResetBackoff(volume csivolume.UniqueName, node string) bool
+	// Settle reads an object whose existence or deletion only the API server can
+	// settle, and records what it learns.
+	Settle(ctx context.Context, att cache.Attachment)
 	// ForgetExpired drops what is remembered of failures long past.
 	ForgetExpired()
 	// Wait waits until every running operation has ended, or ctx ends.

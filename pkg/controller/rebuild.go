@@ -112,8 +112,9 @@ func (c *Controller) reconcileNodes() error {
 
 // reconcileAttachments brings the actual state in line with the VolumeAttachment
 // informer: objects it holds that the state lacks are recorded, and objects the
-// informer showed once but holds no more are forgotten. Objects the controller is
-// creating and has not seen yet are left to the operations that settle them.
+// informer showed once but holds no more are forgotten. Objects the controller
+// created, or tried to, and never saw, and objects whose delete had an unknown
+// outcome, are read from the API server, unless an operation on them runs.
 func (c *Controller) reconcileAttachments(ctx context.Context) error {
 	vas, err := c.informers.attachments.Lister().List(labels.Everything())
 	if err != nil {
@@ -130,6 +131,11 @@ func (c *Controller) reconcileAttachments(ctx context.Context) error {
 	for name, uid := range recorded {
 		if !inInformer[name] {
 			c.forgetVolumeAttachment(name, uid)
+		}
+	}
+	for _, att := range c.actual.Unsettled() {
+		if att.DeleteUnsettled || !inInformer[att.VolumeAttachment] {
+			c.executor.Settle(ctx, att)
 		}
 	}
 	return nil

@@ -101,12 +101,18 @@ var (
 // shorter than the gap between a lost lease's renew deadline and its expiry.
 const writeGrace = 4 * time.Second
 
+// ErrStopped means the executor is stopping: no operation starts any more.
+var ErrStopped = errors.New("the controller is stopping")
+
 // Executor starts operations in their own goroutines.
 type Executor struct {
-	cfg     Config
-	locks   *locks
-	waiter  *waiter
-	running sync.WaitGroup
+	cfg    Config
+	locks  *locks
+	waiter *waiter
+
+	mu       sync.Mutex
+	stopping bool
+	running  sync.WaitGroup
 }
 
 // New returns an Executor.
@@ -135,8 +141,12 @@ func (e *Executor) ResetBackoff(volume csivolume.UniqueName, node string) bool {
 // ForgetExpired drops what is remembered of failures long past.
 func (e *Executor) ForgetExpired() { e.locks.forgetExpired() }
 
-// Wait waits until every running operation has ended, or ctx ends.
+// Wait stops new operations from starting and waits until every running one has
+// ended, or ctx ends.
 func (e *Executor) Wait(ctx context.Context) error {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		e.running.Wait()
@@ -160,9 +170,31 @@ func (e *Executor) AttachObserved(vol cache.Volume, node string, pods []cache.Po
 	e.cfg.Events.Emit(pods, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, podevents.AttachSucceeded(vol.DisplayName))
 }
 
-// start runs op in its own goroutine under key, and reports its end.
-func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
+// begin takes key for an operation of kind k, unless the executor is stopping,
+// ctx has ended, a conflicting operation runs or the pair is backing off.
+func (e *Executor) begin(ctx context.Context, key lockKey, node string, k kind) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping || ctx.Err() != nil {
+		return ErrStopped
+	}
+	if err := e.locks.acquire(key, node, k); err != nil {
+		return err
+	}
 	e.running.Add(1)
+	return nil
+}
+
+// abandon gives key back for an operation that begin allowed but that does not
+// start after all.
+func (e *Executor) abandon(key lockKey) {
+	e.locks.free(key)
+	e.running.Done()
+}
+
+// start runs op in its own goroutine under key, taken by begin, and reports its
+// end.
+func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
 	go func() {
 		defer e.running.Done()
 		err := op()
@@ -177,12 +209,12 @@ func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
 // start now.
 func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error {
 	key := lockFor(vol.Name, node, vol.MultiAttach)
-	if err := e.locks.acquire(key, node, attachKind); err != nil {
+	if err := e.begin(ctx, key, node, attachKind); err != nil {
 		return err
 	}
 	if !vol.MultiAttach {
 		if holders := e.cfg.Actual.Holders(vol.Name, vol.PVName, node); len(holders) > 0 {
-			e.locks.free(key)
+			e.abandon(key)
 			return &HeldError{Nodes: holders}
 		}
 	}
@@ -208,8 +240,11 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 
 func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) error {
 	name := csivolume.AttachmentName(vol.Handle, vol.Driver, node)
-	if e.cfg.Actual.BeginCreate(vol.Name, node, name, vol.MultiAttach) {
-		if err := e.create(ctx, vol, node, name); err != nil {
+	// An object recorded but never seen is one an earlier create may or may not
+	// have made: creating it again settles that.
+	if att, recorded := e.cfg.Actual.Object(name); !recorded || !att.Seen {
+		fresh := e.cfg.Actual.BeginCreate(vol.Name, node, name, vol.MultiAttach)
+		if err := e.create(ctx, vol, node, name, fresh); err != nil {
 			return err
 		}
 	}
@@ -246,8 +281,9 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 }
 
 // create sends the VolumeAttachment. On an error whose outcome is unknown the
-// object stays recorded: it may exist.
-func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name string) error {
+// object stays recorded: it may exist. A refused create forgets the record only
+// if this create made it (fresh) and nothing has been learned of the object since.
+func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name string, fresh bool) error {
 	va := &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: storagev1.VolumeAttachmentSpec{
@@ -271,8 +307,10 @@ func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name stri
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		return nil
-	case refused(err):
-		e.cfg.Actual.Forget(name, "")
+	case refused(err) && fresh:
+		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen && att.UID == "" {
+			e.cfg.Actual.Forget(name, "")
+		}
 	}
 	return fmt.Errorf("creating VolumeAttachment %s: %w", name, err)
 }
@@ -283,6 +321,32 @@ func refused(err error) bool {
 	return apierrors.IsTooManyRequests(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
 		apierrors.IsUnauthorized(err) || apierrors.IsMethodNotSupported(err) || apierrors.IsNotAcceptable(err) ||
 		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsUnsupportedMediaType(err)
+}
+
+// Settle reads, unless an operation on it runs, an object whose existence or
+// deletion only the API server can settle: one the controller created, or tried
+// to, that the informer never showed (if the API server does not have it, the
+// record goes), or one whose delete had an unknown outcome.
+func (e *Executor) Settle(ctx context.Context, att cache.Attachment) {
+	key := lockFor(att.Volume, att.Node, att.MultiAttach)
+	if !e.locks.tryAcquire(key) {
+		return
+	}
+	defer e.locks.free(key)
+	if !att.DeleteUnsettled {
+		e.settleUnseen(ctx, att.VolumeAttachment)
+		return
+	}
+	deleted, err := e.readDeleted(ctx, att)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Reading a VolumeAttachment to learn whether its delete took effect", "volumeAttachment", att.VolumeAttachment)
+		return
+	}
+	if deleted {
+		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+	}
+	e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, false)
+	e.cfg.Done(att.Volume)
 }
 
 // settleUnseen reads an object the informer never showed: if the API server does
@@ -308,7 +372,7 @@ func (e *Executor) settleUnseen(ctx context.Context, name string) {
 // *BackoffError when the operation cannot start now.
 func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReason) error {
 	key := lockFor(on.Volume, on.Node, on.MultiAttach())
-	if err := e.locks.acquire(key, on.Node, detachKind); err != nil {
+	if err := e.begin(ctx, key, on.Node, detachKind); err != nil {
 		return err
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "detach", "volume", on.Volume, "node", on.Node)
@@ -420,6 +484,7 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 	deleted, readErr := e.readDeleted(ctx, att)
 	switch {
 	case readErr != nil:
+		e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, true)
 		return false, fmt.Errorf("deleting VolumeAttachment %s: %w; reading it back to learn the outcome: %w", att.VolumeAttachment, err, readErr)
 	case deleted:
 		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)

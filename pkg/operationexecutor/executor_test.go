@@ -66,25 +66,39 @@ func (l *orderLog) get() []string {
 	return slices.Clone(l.entries)
 }
 
-// fakeNodeStatus stands for the status updater: it records its calls and what
-// node status would list at the moment of each Sync.
+// fakeNodeStatus stands for the status updater: it records its calls, what node
+// status would list at the moment of each Confirm, and returns node as the API
+// server's node.
 type fakeNodeStatus struct {
 	actual *cache.ActualState
 	log    *orderLog
 
-	mu             sync.Mutex
-	err            error
-	node           *v1.Node
-	reportedAtSync [][]csivolume.UniqueName
-	enqueued       []string
+	mu                sync.Mutex
+	err               error
+	node              *v1.Node
+	gate              chan struct{}
+	confirms          int
+	reportedAtConfirm [][]csivolume.UniqueName
+	enqueued          []string
 }
 
-func (f *fakeNodeStatus) Sync(_ context.Context, node string) (*v1.Node, error) {
-	f.log.add("sync " + node)
+func (f *fakeNodeStatus) Confirm(ctx context.Context, node string) (*v1.Node, error) {
+	f.log.add("confirm " + node)
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reportedAtSync = append(f.reportedAtSync, f.actual.ReportedVolumes(node))
-	return f.node, f.err
+	f.confirms++
+	f.reportedAtConfirm = append(f.reportedAtConfirm, f.actual.ReportedVolumes(node))
+	return f.node.DeepCopy(), f.err
 }
 
 func (f *fakeNodeStatus) Enqueue(node string) {
@@ -99,6 +113,14 @@ func (f *fakeNodeStatus) enqueuedNodes() []string {
 	return slices.Clone(f.enqueued)
 }
 
+func (f *fakeNodeStatus) confirmCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.confirms
+}
+
+var vaResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
+
 type execHarness struct {
 	client   *fake.Clientset
 	vas      toolscache.Indexer
@@ -106,6 +128,7 @@ type execHarness struct {
 	status   *fakeNodeStatus
 	log      *orderLog
 	recorder *record.FakeRecorder
+	metrics  *metrics.Metrics
 	done     chan csivolume.UniqueName
 	exec     *Executor
 
@@ -113,10 +136,23 @@ type execHarness struct {
 	// informerSeesCreates makes the VolumeAttachment informer hold every created
 	// object by the time Create returns.
 	informerSeesCreates bool
-	createErr           error
-	deleteErr           error
-	created             []*storagev1.VolumeAttachment
-	deletes             []clienttesting.DeleteAction
+	// informerSeesDeletes makes the informer drop every deleted object by the
+	// time Delete returns.
+	informerSeesDeletes bool
+	// createErr and deleteErr make the request fail; with createApplies or
+	// deleteApplies the API server did the work before the answer was lost.
+	createErr     error
+	createApplies bool
+	deleteErr     error
+	deleteApplies bool
+	// getErr makes every read of a VolumeAttachment fail.
+	getErr error
+	// wanted is what Config.Wanted answers; confirmsAtWanted records how many
+	// Confirm calls had ended each time it was asked.
+	wanted           bool
+	confirmsAtWanted []int
+	created          []*storagev1.VolumeAttachment
+	deletes          []clienttesting.DeleteAction
 }
 
 func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object) *execHarness {
@@ -127,6 +163,7 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		actual:   cache.NewActualState(),
 		log:      &orderLog{},
 		recorder: record.NewFakeRecorder(10),
+		metrics:  metrics.New(),
 		done:     make(chan csivolume.UniqueName, 10),
 	}
 	h.status = &fakeNodeStatus{actual: h.actual, log: h.log}
@@ -138,6 +175,11 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		defer h.mu.Unlock()
 		h.created = append(h.created, va.DeepCopy())
 		if h.createErr != nil {
+			if h.createApplies {
+				if err := h.client.Tracker().Create(vaResource, va.DeepCopy(), ""); err != nil {
+					t.Error(err)
+				}
+			}
 			return true, nil, h.createErr
 		}
 		if h.informerSeesCreates {
@@ -153,8 +195,26 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.deletes = append(h.deletes, d)
-		if h.deleteErr != nil {
+		if h.deleteErr != nil && !h.deleteApplies {
 			return true, nil, h.deleteErr
+		}
+		if err := h.client.Tracker().Delete(vaResource, "", d.GetName()); err != nil {
+			return true, nil, err
+		}
+		if h.informerSeesDeletes {
+			if obj, ok, _ := h.vas.GetByKey(d.GetName()); ok {
+				if err := h.vas.Delete(obj); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		return true, nil, h.deleteErr
+	})
+	h.client.PrependReactor("get", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.getErr != nil {
+			return true, nil, h.getErr
 		}
 		return false, nil, nil
 	})
@@ -164,11 +224,41 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		Actual:     h.actual,
 		NodeStatus: h.status,
 		Events:     podevents.NewEmitter(h.recorder),
-		Metrics:    metrics.New(),
+		Metrics:    h.metrics,
 		Timeout:    timeout,
-		Done:       func(v csivolume.UniqueName) { h.done <- v },
+		Wanted: func(csivolume.UniqueName, string) bool {
+			confirms := h.status.confirmCount()
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
+			return h.wanted
+		},
+		Done: func(v csivolume.UniqueName) { h.done <- v },
+	})
+	// Operations run on contexts the tests give them, which end with the test;
+	// the next test starts once they have all ended.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := h.exec.Wait(ctx); err != nil {
+			t.Errorf("operations still running after the test: %v", err)
+		}
 	})
 	return h
+}
+
+// deleteCount returns how many deletes were sent.
+func (h *execHarness) deleteCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.deletes)
+}
+
+// anyRunning tells whether any operation on the volume holds a lock.
+func (h *execHarness) anyRunning(vol csivolume.UniqueName) bool {
+	h.exec.locks.mu.Lock()
+	defer h.exec.locks.mu.Unlock()
+	return len(h.exec.locks.running[vol]) > 0
 }
 
 func (h *execHarness) waitDone(t *testing.T) {
@@ -219,7 +309,7 @@ func (h *execHarness) events() []string {
 func (h *execHarness) backingOff(vol csivolume.UniqueName, node string) bool {
 	h.exec.locks.mu.Lock()
 	defer h.exec.locks.mu.Unlock()
-	_, ok := h.exec.locks.backoff[backoffKey{vol, node}]
+	_, ok := h.exec.locks.backoff[pairKey{vol, node}]
 	return ok
 }
 
@@ -273,9 +363,9 @@ func TestAttachCreatesVolumeAttachment(t *testing.T) {
 			if !equality.Semantic.DeepEqual(va.Spec.Source, tc.want) {
 				t.Errorf("source = %+v, want %+v", va.Spec.Source, tc.want)
 			}
-			att, ok := h.actual.Get(tc.vol.Name, testNode)
-			if !ok || att.VolumeAttachment != testVAName || att.UID != vaUID || att.Attached {
-				t.Errorf("actual state after create = %+v, %v, want the new, not yet attached object", att, ok)
+			on, ok := h.actual.Get(tc.vol.Name, testNode)
+			if !ok || len(on.Objects) != 1 || on.Objects[0].VolumeAttachment != testVAName || on.Objects[0].UID != vaUID || on.Attached() {
+				t.Errorf("actual state after create = %+v, %v, want the new, not yet attached object", on, ok)
 			}
 			h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
 			h.waitDone(t)
@@ -359,7 +449,7 @@ func TestAttachOutcome(t *testing.T) {
 			if h.backingOff(testPV.Name, testNode) != failed {
 				t.Errorf("backing off = %v, want %v", !failed, failed)
 			}
-			if h.exec.AnyRunning(testPV.Name) {
+			if h.anyRunning(testPV.Name) {
 				t.Error("lock still held after the operation ended")
 			}
 		})
@@ -426,7 +516,7 @@ func TestAttachAfterTheInformerSawTheObjectAttached(t *testing.T) {
 		t.Fatalf("Attach: %v", err)
 	}
 	h.waitDone(t)
-	if att, ok := h.actual.Get(testPV.Name, testNode); !ok || !att.Attached {
+	if att, ok := h.actual.Get(testPV.Name, testNode); !ok || !att.Attached() {
 		t.Errorf("actual state %+v after the attach, want the attached state the informer recorded", att)
 	}
 }
@@ -461,12 +551,12 @@ func TestOperationsExclusion(t *testing.T) {
 	if err := h.exec.Attach(t.Context(), testPV, "node-2", testPods); !errors.Is(err, ErrPending) {
 		t.Errorf("second attach of a single-attach volume = %v, want ErrPending", err)
 	}
-	att := cache.Attachment{Volume: testPV.Name, Node: "node-2", VolumeAttachment: "other"}
-	if err := h.exec.Detach(t.Context(), att, false, false); !errors.Is(err, ErrPending) {
+	on := cache.OnNode{Volume: testPV.Name, Node: "node-2", Objects: []cache.Attachment{{Volume: testPV.Name, Node: "node-2", VolumeAttachment: "other"}}}
+	if err := h.exec.Detach(t.Context(), on, NotForced); !errors.Is(err, ErrPending) {
 		t.Errorf("detach of a single-attach volume during an attach = %v, want ErrPending", err)
 	}
-	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.AnyRunning(testPV.Name) {
-		t.Error("IsRunning/AnyRunning false during an attach of a single-attach volume")
+	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.IsRunning(testPV.Name, testNode) || !h.anyRunning(testPV.Name) {
+		t.Error("IsRunning false during an attach of a single-attach volume")
 	}
 	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
 	if err != nil {
@@ -490,33 +580,33 @@ func attachedObject() *storagev1.VolumeAttachment {
 }
 
 // newDetachHarness sets up an attached volume known to the server, the informer
-// and the actual state, and returns the attachment to detach.
-func newDetachHarness(t *testing.T, timeout time.Duration) (*execHarness, cache.Attachment) {
+// and the actual state, and returns what is on the node to detach.
+func newDetachHarness(t *testing.T, timeout time.Duration) (*execHarness, cache.OnNode) {
 	t.Helper()
 	h := newExecHarness(t, timeout, attachedObject())
 	if err := h.vas.Add(attachedObject()); err != nil {
 		t.Fatal(err)
 	}
 	h.actual.Observe(cache.Observation{Volume: testPV.Name, Node: testNode, VolumeAttachment: testVAName, UID: vaUID, Attached: true})
-	att, _ := h.actual.Get(testPV.Name, testNode)
-	return h, att
+	on, _ := h.actual.Get(testPV.Name, testNode)
+	return h, on
 }
 
 func TestDetachSuccess(t *testing.T) {
 	h, att := newDetachHarness(t, time.Minute)
-	if err := h.exec.Detach(t.Context(), att, false, false); err != nil {
+	if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitWaiting(t, testVAName)
 
-	if got, want := h.log.get(), []string{"sync " + testNode, "delete " + testVAName}; !slices.Equal(got, want) {
+	if got, want := h.log.get(), []string{"confirm " + testNode, "delete " + testVAName}; !slices.Equal(got, want) {
 		t.Errorf("requests = %q, want %q (node status written before the delete)", got, want)
 	}
 	h.status.mu.Lock()
-	reported := h.status.reportedAtSync
+	reported := h.status.reportedAtConfirm
 	h.status.mu.Unlock()
 	if len(reported) != 1 || slices.Contains(reported[0], testPV.Name) {
-		t.Errorf("node status at Sync would list %q, want the volume left out", reported)
+		t.Errorf("node status at Confirm would list %q, want the volume left out", reported)
 	}
 	h.mu.Lock()
 	deletes := h.deletes
@@ -528,7 +618,7 @@ func TestDetachSuccess(t *testing.T) {
 	if pre == nil || pre.UID == nil || *pre.UID != vaUID {
 		t.Errorf("delete preconditions = %+v, want uid %s", pre, vaUID)
 	}
-	if got, _ := h.actual.Get(testPV.Name, testNode); !got.Deleting || got.Reported() {
+	if got, _ := h.actual.Get(testPV.Name, testNode); !got.Deleting() || got.Reported() {
 		t.Errorf("attachment during the wait = %+v, want deleting and not reported", got)
 	}
 
@@ -563,8 +653,8 @@ func TestDetachOutcome(t *testing.T) {
 	tests := []struct {
 		name    string
 		timeout time.Duration
-		// syncErr makes the node status write fail.
-		syncErr error
+		// confirmErr makes the node status write fail.
+		confirmErr error
 		// deleteErr makes the delete request fail.
 		deleteErr error
 		// observe is what the informer delivers once the operation waits; nil
@@ -576,22 +666,22 @@ func TestDetachOutcome(t *testing.T) {
 		{
 			name:       "node status write fails: no delete",
 			timeout:    time.Minute,
-			syncErr:    errors.New("node status patch refused"),
-			wantLog:    []string{"sync " + testNode},
+			confirmErr: errors.New("node status patch refused"),
+			wantLog:    []string{"confirm " + testNode},
 			wantFailed: true,
 		},
 		{
 			name:       "delete refused by the uid precondition",
 			timeout:    time.Minute,
 			deleteErr:  apierrors.NewConflict(storagev1.Resource("volumeattachments"), testVAName, errors.New("uid mismatch")),
-			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantLog:    []string{"confirm " + testNode, "delete " + testVAName},
 			wantFailed: true,
 		},
 		{
 			name:       "delete fails",
 			timeout:    time.Minute,
 			deleteErr:  apierrors.NewServiceUnavailable("try later"),
-			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantLog:    []string{"confirm " + testNode, "delete " + testVAName},
 			wantFailed: true,
 		},
 		{
@@ -602,13 +692,13 @@ func TestDetachOutcome(t *testing.T) {
 					va.Status.DetachError = &storagev1.VolumeError{Message: "rpc error: code = Internal desc = busy"}
 				})
 			},
-			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantLog:    []string{"confirm " + testNode, "delete " + testVAName},
 			wantFailed: true,
 		},
 		{
 			name:       "VolumeAttachment still there at the timeout",
 			timeout:    50 * time.Millisecond,
-			wantLog:    []string{"sync " + testNode, "delete " + testVAName},
+			wantLog:    []string{"confirm " + testNode, "delete " + testVAName},
 			wantFailed: true,
 		},
 		{
@@ -617,21 +707,21 @@ func TestDetachOutcome(t *testing.T) {
 			observe: func() *storagev1.VolumeAttachment {
 				return withStatus(attachedObject(), func(va *storagev1.VolumeAttachment) { va.UID = "new-uid" })
 			},
-			wantLog: []string{"sync " + testNode, "delete " + testVAName},
+			wantLog: []string{"confirm " + testNode, "delete " + testVAName},
 		},
 		{
 			name:    "gone",
 			timeout: time.Minute,
 			observe: func() *storagev1.VolumeAttachment { return nil },
-			wantLog: []string{"sync " + testNode, "delete " + testVAName},
+			wantLog: []string{"confirm " + testNode, "delete " + testVAName},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h, att := newDetachHarness(t, tc.timeout)
-			h.status.err = tc.syncErr
+			h.status.err = tc.confirmErr
 			h.deleteErr = tc.deleteErr
-			if err := h.exec.Detach(t.Context(), att, false, false); err != nil {
+			if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.observe != nil {
@@ -667,11 +757,14 @@ func TestDetachOutcome(t *testing.T) {
 }
 
 func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
-	h, att := newDetachHarness(t, time.Minute)
+	h, _ := newDetachHarness(t, time.Minute)
+	// A multi-attach volume: the detach holds only the node.
+	h.actual.Observe(cache.Observation{Volume: testPV.Name, Node: testNode, VolumeAttachment: testVAName, UID: vaUID, Attached: true, MultiAttach: true})
+	att, _ := h.actual.Get(testPV.Name, testNode)
 	if err := h.vas.Delete(attachedObject()); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.exec.Detach(t.Context(), att, true, false); err != nil {
+	if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitDone(t)
@@ -682,26 +775,28 @@ func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
 
 // TestDetachCalledOffWhenNodeReportsInUse: once node status no longer lists the
 // volume, the node as written is checked again; a volume kubelet reported in use
-// meanwhile is not detached, unless the detach is forced.
+// meanwhile is not detached, unless the detach is forced (here by the
+// out-of-service taint the node carries).
 func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		force   bool
+		force   ForceReason
 		deletes int
 	}{
-		{name: "not forced", force: false, deletes: 0},
-		{name: "forced", force: true, deletes: 1},
+		{name: "not forced", force: NotForced, deletes: 0},
+		{name: "forced", force: ForceOutOfService, deletes: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, att := newDetachHarness(t, time.Minute)
 			h.status.node = &v1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: testNode},
+				Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}},
 				Status:     v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{v1.UniqueVolumeName(testPV.Name)}},
 			}
-			if err := h.exec.Detach(t.Context(), att, false, tc.force); err != nil {
+			if err := h.exec.Detach(t.Context(), att, tc.force); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
-			if tc.force {
+			if tc.force != NotForced {
 				h.waitWaiting(t, testVAName)
 				h.exec.ObserveVolumeAttachment(testVAName, nil)
 			}
@@ -712,7 +807,7 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 			if deletes != tc.deletes {
 				t.Fatalf("%d deletes, want %d", deletes, tc.deletes)
 			}
-			if !tc.force {
+			if tc.force == NotForced {
 				if got, _ := h.actual.Get(testPV.Name, testNode); !got.Reported() {
 					t.Errorf("attachment after the called-off detach = %+v, want reported again", got)
 				}

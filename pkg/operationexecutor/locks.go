@@ -87,14 +87,7 @@ func newLocks(now func() time.Time) *locks {
 func (l *locks) acquire(key lockKey, node string, k kind) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	held := l.running[key.volume]
-	if _, ok := held[""]; ok {
-		return ErrPending
-	}
-	if key.wholeVolume() && len(held) > 0 {
-		return ErrPending
-	}
-	if _, ok := held[key.node]; ok {
+	if l.conflictsLocked(key) {
 		return ErrPending
 	}
 	pk := pairKey{key.volume, node}
@@ -105,12 +98,35 @@ func (l *locks) acquire(key lockKey, node string, k kind) error {
 			return &BackoffError{Remaining: remaining}
 		}
 	}
+	l.takeLocked(key)
+	return nil
+}
+
+// tryAcquire takes key unless a conflicting operation runs, whatever the backoff.
+func (l *locks) tryAcquire(key lockKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conflictsLocked(key) {
+		return false
+	}
+	l.takeLocked(key)
+	return true
+}
+
+func (l *locks) conflictsLocked(key lockKey) bool {
+	held := l.running[key.volume]
+	_, whole := held[""]
+	_, same := held[key.node]
+	return whole || same || key.wholeVolume() && len(held) > 0
+}
+
+func (l *locks) takeLocked(key lockKey) {
+	held := l.running[key.volume]
 	if held == nil {
 		held = make(map[string]struct{})
 		l.running[key.volume] = held
 	}
 	held[key.node] = struct{}{}
-	return nil
 }
 
 // free releases key without touching the backoff: the operation never started.

@@ -21,7 +21,14 @@ type lockReq struct {
 	multi bool
 }
 
-func (r lockReq) lockNode() string { return lockNode(r.multi, r.node) }
+func (r lockReq) key() lockKey { return lockFor(r.vol, r.node, r.multi) }
+
+// anyRunning tells whether any operation on the volume holds a lock.
+func anyRunning(l *locks, vol csivolume.UniqueName) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.running[vol]) > 0
+}
 
 func TestLocksConflicts(t *testing.T) {
 	tests := []struct {
@@ -43,11 +50,11 @@ func TestLocksConflicts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLocks(time.Now)
 			for _, h := range tc.held {
-				if err := l.acquire(h.vol, h.node, h.lockNode()); err != nil {
+				if err := l.acquire(h.key(), h.node, attachKind); err != nil {
 					t.Fatalf("setup acquire %+v: %v", h, err)
 				}
 			}
-			err := l.acquire(tc.req.vol, tc.req.node, tc.req.lockNode())
+			err := l.acquire(tc.req.key(), tc.req.node, attachKind)
 			if tc.pending != errors.Is(err, ErrPending) {
 				t.Errorf("acquire() = %v, want pending %v", err, tc.pending)
 			}
@@ -60,10 +67,10 @@ func TestLocksConflicts(t *testing.T) {
 
 func TestLocksReleaseAndRunning(t *testing.T) {
 	l := newLocks(time.Now)
-	if l.anyRunning(vol1) || l.isRunning(vol1, "a") {
+	if anyRunning(l, vol1) || l.isRunning(vol1, "a") {
 		t.Fatal("running before any acquire")
 	}
-	if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+	if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); err != nil {
 		t.Fatal(err)
 	}
 	for _, node := range []string{"a", "b"} {
@@ -71,32 +78,32 @@ func TestLocksReleaseAndRunning(t *testing.T) {
 			t.Errorf("isRunning(%s) = false while a whole-volume op runs", node)
 		}
 	}
-	if !l.anyRunning(vol1) || l.anyRunning(vol2) {
-		t.Errorf("anyRunning = %v/%v, want true for vol1 only", l.anyRunning(vol1), l.anyRunning(vol2))
+	if !anyRunning(l, vol1) || anyRunning(l, vol2) {
+		t.Errorf("anyRunning = %v/%v, want true for vol1 only", anyRunning(l, vol1), anyRunning(l, vol2))
 	}
-	l.release(vol1, "a", wholeVolume, false)
-	if l.anyRunning(vol1) {
+	l.release(lockFor(vol1, "a", false), "a", attachKind, false)
+	if anyRunning(l, vol1) {
 		t.Error("running after release")
 	}
 
-	if err := l.acquire(vol1, "a", "a"); err != nil {
+	if err := l.acquire(lockFor(vol1, "a", true), "a", attachKind); err != nil {
 		t.Fatal(err)
 	}
 	if !l.isRunning(vol1, "a") || l.isRunning(vol1, "b") {
 		t.Errorf("isRunning a/b = %v/%v with a node op on a, want true/false", l.isRunning(vol1, "a"), l.isRunning(vol1, "b"))
 	}
-	if err := l.acquire(vol1, "b", "b"); err != nil {
+	if err := l.acquire(lockFor(vol1, "b", true), "b", attachKind); err != nil {
 		t.Fatal(err)
 	}
-	l.release(vol1, "a", "a", false)
-	if !l.anyRunning(vol1) || !l.isRunning(vol1, "b") {
+	l.release(lockFor(vol1, "a", true), "a", attachKind, false)
+	if !anyRunning(l, vol1) || !l.isRunning(vol1, "b") {
 		t.Error("op on b not running after releasing a")
 	}
-	if err := l.acquire(vol1, "a", wholeVolume); !errors.Is(err, ErrPending) {
+	if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); !errors.Is(err, ErrPending) {
 		t.Errorf("whole-volume acquire with b running = %v, want ErrPending", err)
 	}
-	l.release(vol1, "b", "b", false)
-	if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+	l.release(lockFor(vol1, "b", true), "b", attachKind, false)
+	if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); err != nil {
 		t.Errorf("whole-volume acquire once free = %v", err)
 	}
 }
@@ -106,10 +113,10 @@ func TestLocksBackoff(t *testing.T) {
 	l := newLocks(func() time.Time { return now })
 	fail := func() {
 		t.Helper()
-		if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+		if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		l.release(vol1, "a", wholeVolume, true)
+		l.release(lockFor(vol1, "a", false), "a", attachKind, true)
 	}
 	wantDelays := []time.Duration{
 		500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
@@ -117,13 +124,13 @@ func TestLocksBackoff(t *testing.T) {
 	}
 	for i, want := range wantDelays {
 		fail()
-		err := l.acquire(vol1, "a", wholeVolume)
+		err := l.acquire(lockFor(vol1, "a", false), "a", attachKind)
 		var backoff *BackoffError
 		if !errors.As(err, &backoff) || backoff.Remaining != want {
 			t.Fatalf("failure %d: acquire() = %v, want backoff %v", i+1, err, want)
 		}
 		now = now.Add(want - time.Millisecond)
-		if err := l.acquire(vol1, "a", wholeVolume); !errors.As(err, &backoff) || backoff.Remaining != time.Millisecond {
+		if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); !errors.As(err, &backoff) || backoff.Remaining != time.Millisecond {
 			t.Fatalf("failure %d: acquire() 1ms early = %v, want 1ms of backoff left", i+1, err)
 		}
 		now = now.Add(time.Millisecond)
@@ -132,18 +139,18 @@ func TestLocksBackoff(t *testing.T) {
 		t.Errorf("maxBackoff = %v, want 2m2s", maxBackoff)
 	}
 
-	if err := l.acquire(vol1, "b", wholeVolume); err != nil {
+	if err := l.acquire(lockFor(vol1, "b", false), "b", attachKind); err != nil {
 		t.Errorf("other node backing off: %v", err)
 	}
-	l.release(vol1, "b", wholeVolume, false)
+	l.release(lockFor(vol1, "b", false), "b", attachKind, false)
 
-	if err := l.acquire(vol1, "a", wholeVolume); err != nil {
+	if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); err != nil {
 		t.Fatal(err)
 	}
-	l.release(vol1, "a", wholeVolume, false)
+	l.release(lockFor(vol1, "a", false), "a", attachKind, false)
 	fail()
 	var backoff *BackoffError
-	if err := l.acquire(vol1, "a", wholeVolume); !errors.As(err, &backoff) || backoff.Remaining != initialBackoff {
+	if err := l.acquire(lockFor(vol1, "a", false), "a", attachKind); !errors.As(err, &backoff) || backoff.Remaining != initialBackoff {
 		t.Errorf("after a success a failure backs off %v, want the initial %v", err, initialBackoff)
 	}
 }
@@ -156,20 +163,20 @@ func TestLocksResetBackoff(t *testing.T) {
 	}
 	for range 3 {
 		now = now.Add(time.Minute)
-		if err := l.acquire(vol1, "a", "a"); err != nil {
+		if err := l.acquire(lockFor(vol1, "a", true), "a", attachKind); err != nil {
 			t.Fatal(err)
 		}
-		l.release(vol1, "a", "a", true)
+		l.release(lockFor(vol1, "a", true), "a", attachKind, true)
 	}
 	if !l.resetBackoff(vol1, "a") {
 		t.Error("resetBackoff() = false while backing off")
 	}
-	if err := l.acquire(vol1, "a", "a"); err != nil {
+	if err := l.acquire(lockFor(vol1, "a", true), "a", attachKind); err != nil {
 		t.Fatalf("acquire after reset: %v", err)
 	}
-	l.release(vol1, "a", "a", true)
+	l.release(lockFor(vol1, "a", true), "a", attachKind, true)
 	var backoff *BackoffError
-	if err := l.acquire(vol1, "a", "a"); !errors.As(err, &backoff) || backoff.Remaining != initialBackoff {
+	if err := l.acquire(lockFor(vol1, "a", true), "a", attachKind); !errors.As(err, &backoff) || backoff.Remaining != initialBackoff {
 		t.Errorf("failure after reset backs off %v, want the initial %v", err, initialBackoff)
 	}
 }

@@ -218,7 +218,7 @@ func (r *Reconciler) handleStartError(ctx context.Context, err error, node strin
 		return true
 	case errors.As(err, &backoff):
 		next.at(backoff.Remaining)
-	case errors.Is(err, operationexecutor.ErrPending):
+	case errors.Is(err, operationexecutor.ErrPending), errors.Is(err, operationexecutor.ErrStopped):
 	default:
 		klog.FromContext(ctx).Error(err, "Starting an operation failed", "node", node)
 		next.at(time.Second)

@@ -4,11 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -21,104 +31,223 @@ import (
 
 const maxWait = 6 * time.Minute
 
-// call is one Attach or Detach the reconciler asked for.
+// call is one operation the executor started for the reconciler.
 type call struct {
-	op   string
-	node string
+	op    string
+	node  string
+	force operationexecutor.ForceReason
 }
 
-func (c call) String() string { return c.op + "@" + c.node }
+func (c call) String() string {
+	if c.force != operationexecutor.NotForced {
+		return c.op + "@" + c.node + "(" + string(c.force) + ")"
+	}
+	return c.op + "@" + c.node
+}
 
-func attachOn(node string) call { return call{"attach", node} }
-func detachOn(node string) call { return call{"detach", node} }
+func attachOn(node string) call { return call{op: "attach", node: node} }
+func detachOn(node string) call { return call{op: "detach", node: node} }
+func forceDetachOn(node string, reason operationexecutor.ForceReason) call {
+	return call{op: "detach", node: node, force: reason}
+}
 
-// fakeExecutor records the operations asked for and holds the locks the real
-// executor would: the whole volume for a single-attach volume, the node otherwise.
-type fakeExecutor struct {
-	calls   []call
-	running map[csivolume.UniqueName]map[string]struct{}
-	// startErr, when set, is returned instead of starting an operation.
+// executor is the real operation executor, with its real locks, holder check and
+// backoff, recording the operations it started.
+type executor struct {
+	*operationexecutor.Executor
+
+	mu    sync.Mutex
+	calls []call
+	// startErr, when set, is returned instead of asking the executor.
 	startErr error
 }
 
-func newFakeExecutor() *fakeExecutor {
-	return &fakeExecutor{running: make(map[csivolume.UniqueName]map[string]struct{})}
-}
-
-func (f *fakeExecutor) start(op string, vol csivolume.UniqueName, node string, multiAttach bool) error {
-	f.calls = append(f.calls, call{op, node})
-	if f.startErr != nil {
-		return f.startErr
+func (e *executor) record(c call, err error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err == nil {
+		e.calls = append(e.calls, c)
 	}
-	lock := ""
-	if multiAttach {
-		lock = node
+	return err
+}
+
+func (e *executor) injected() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.startErr
+}
+
+func (e *executor) Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error {
+	if err := e.injected(); err != nil {
+		return err
 	}
-	held := f.running[vol]
-	_, whole := held[""]
-	_, same := held[lock]
-	if whole || same || (lock == "" && len(held) > 0) {
-		return operationexecutor.ErrPending
+	return e.record(attachOn(node), e.Executor.Attach(ctx, vol, node, pods))
+}
+
+func (e *executor) Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error {
+	if err := e.injected(); err != nil {
+		return err
 	}
-	if held == nil {
-		held = make(map[string]struct{})
-		f.running[vol] = held
+	return e.record(forceDetachOn(on.Node, force), e.Executor.Detach(ctx, on, force))
+}
+
+func (e *executor) started() []call {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.calls)
+}
+
+// nodeStatus stands for the status updater. Confirm returns the node as the
+// API server has it: by default what the node register holds, unless the test
+// says the API server knows better; gate, when set, holds Confirm until closed.
+type nodeStatus struct {
+	nodes *cache.Nodes
+
+	mu       sync.Mutex
+	fresh    map[string]*v1.Node
+	gate     chan struct{}
+	enqueued []string
+}
+
+func (s *nodeStatus) Confirm(ctx context.Context, name string) (*v1.Node, error) {
+	s.mu.Lock()
+	gate := s.gate
+	fresh, ok := s.fresh[name]
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	held[lock] = struct{}{}
-	return nil
+	if ok {
+		return fresh.DeepCopy(), nil
+	}
+	n := s.nodes.Get(name)
+	if !n.Exists() {
+		return nil, nil
+	}
+	return nodeObject(n), nil
 }
 
-func (f *fakeExecutor) Attach(_ context.Context, vol cache.Volume, node string, _ []cache.PodRef) error {
-	return f.start("attach", vol.Name, node, vol.MultiAttach)
+func (s *nodeStatus) Enqueue(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.enqueued = append(s.enqueued, node)
 }
 
-func (f *fakeExecutor) Detach(_ context.Context, att cache.Attachment, multiAttach, _ bool) error {
-	return f.start("detach", att.Volume, att.Node, multiAttach)
+func (s *nodeStatus) enqueuedNodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.enqueued)
 }
 
-func (f *fakeExecutor) IsRunning(vol csivolume.UniqueName, node string) bool {
-	_, whole := f.running[vol][""]
-	_, own := f.running[vol][node]
-	return whole || own
+// nodeObject is the Node object that reads as n.
+func nodeObject(n cache.Node) *v1.Node {
+	obj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Annotations: map[string]string{}}}
+	if n.Managed {
+		obj.Annotations[cache.ManagedAnnotation] = "true"
+	}
+	ready := v1.ConditionFalse
+	if n.Ready {
+		ready = v1.ConditionTrue
+	}
+	obj.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: ready}}
+	if n.OutOfService {
+		obj.Spec.Taints = []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}
+	}
+	for _, v := range slices.Sorted(maps.Keys(n.InUse)) {
+		obj.Status.VolumesInUse = append(obj.Status.VolumesInUse, v1.UniqueVolumeName(v))
+	}
+	return obj
 }
 
-func (f *fakeExecutor) AnyRunning(vol csivolume.UniqueName) bool { return len(f.running[vol]) > 0 }
-
-func (f *fakeExecutor) AttachObserved(cache.Volume, string, []cache.PodRef) {}
-
-// harness is a reconciler on real cache objects with a fake executor and clock.
+// harness is a reconciler on real cache objects and the real executor, on a
+// fake API server, with a fake clock for the reconciler. Operations the executor
+// starts run until the test ends: the VolumeAttachment informer they wait for is
+// only told what a test tells it.
 type harness struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	vas      toolscache.Indexer
 	desired  *cache.DesiredState
 	actual   *cache.ActualState
 	nodes    *cache.Nodes
-	exec     *fakeExecutor
+	status   *nodeStatus
+	exec     *executor
 	recorder *record.FakeRecorder
+	metrics  *metrics.Metrics
 	now      time.Time
 	r        *reconciler.Reconciler
+	// ended counts the operations that have ended.
+	ended atomic.Int64
 }
 
-func newHarness(disableForceDetach bool) *harness {
+type harnessOpts struct {
+	disableForceDetach bool
+	// timeout bounds one operation; a minute if zero.
+	timeout time.Duration
+}
+
+func newHarness(t *testing.T, disableForceDetach bool) *harness {
+	return newHarnessWith(t, harnessOpts{disableForceDetach: disableForceDetach})
+}
+
+func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
+	t.Helper()
+	if opts.timeout == 0 {
+		opts.timeout = time.Minute
+	}
 	h := &harness{
+		t:        t,
+		ctx:      t.Context(),
+		client:   fake.NewClientset(),
+		vas:      toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}),
 		desired:  cache.NewDesiredState(),
 		actual:   cache.NewActualState(),
 		nodes:    cache.NewNodes(),
-		exec:     newFakeExecutor(),
 		recorder: record.NewFakeRecorder(100),
+		metrics:  metrics.New(),
 		now:      time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
 	}
+	h.status = &nodeStatus{nodes: h.nodes, fresh: map[string]*v1.Node{}}
+	h.exec = &executor{Executor: operationexecutor.New(operationexecutor.Config{
+		Client:     h.client,
+		VALister:   storagelisters.NewVolumeAttachmentLister(h.vas),
+		Actual:     h.actual,
+		NodeStatus: h.status,
+		// The executor's own events are not what these tests look at.
+		Events:  podevents.NewEmitter(record.NewFakeRecorder(100)),
+		Metrics: metrics.New(),
+		Timeout: opts.timeout,
+		Wanted:  h.desired.IsDesired,
+		Done:    func(csivolume.UniqueName) { h.ended.Add(1) },
+	})}
 	h.r = reconciler.New(reconciler.Config{
 		Desired:                     h.desired,
 		Actual:                      h.actual,
 		Nodes:                       h.nodes,
 		Executor:                    h.exec,
+		NodeStatus:                  h.status,
 		Events:                      podevents.NewEmitter(h.recorder),
-		Metrics:                     metrics.New(),
+		Metrics:                     h.metrics,
 		MaxWaitForUnmount:           maxWait,
-		DisableForceDetachOnTimeout: disableForceDetach,
+		DisableForceDetachOnTimeout: opts.disableForceDetach,
 		Now:                         func() time.Time { return h.now },
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.exec.Wait(ctx); err != nil {
+			t.Errorf("operations still running after the test: %v", err)
+		}
 	})
 	return h
 }
+
+func (h *harness) sync(vol cache.Volume) time.Duration { return h.r.Sync(h.ctx, vol.Name) }
 
 func (h *harness) events() []string {
 	var out []string
@@ -129,6 +258,19 @@ func (h *harness) events() []string {
 		default:
 			return out
 		}
+	}
+}
+
+// waitIdle waits until every operation started has ended. (Executor.Wait is
+// for shutdown: no operation starts after it.)
+func (h *harness) waitIdle() {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.ended.Load() < int64(len(h.exec.started())) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("operations still running: %d started, %d ended", len(h.exec.started()), h.ended.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -158,7 +300,7 @@ func mounting(vols ...cache.Volume) nodeOpt {
 }
 
 func (h *harness) node(name string, opts ...nodeOpt) {
-	n := cache.Node{Name: name, Exists: true, Known: true, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{}}
+	n := cache.Node{Name: name, Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{}}
 	for _, o := range opts {
 		o(&n)
 	}
@@ -169,16 +311,56 @@ func (h *harness) pod(namespace, name, node string, vol cache.Volume) {
 	h.desired.SetPod(cache.PodRef{Namespace: namespace, Name: name, UID: types.UID(namespace + "-" + name)}, node, []cache.Volume{vol})
 }
 
-// attachment records a VolumeAttachment for the volume on the node.
+func vaName(vol cache.Volume, node string) string {
+	return csivolume.AttachmentName(vol.Handle, vol.Driver, node)
+}
+
+// attachment records a VolumeAttachment for the volume on the node: on the API
+// server, in the informer and in the actual state.
 func (h *harness) attachment(vol cache.Volume, node string, attached bool) {
+	h.t.Helper()
+	pv := vol.PVName
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: vaName(vol, node), UID: types.UID("uid-" + node)},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: vol.Driver, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+		Status: storagev1.VolumeAttachmentStatus{Attached: attached},
+	}
+	if err := h.client.Tracker().Add(va.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+		h.t.Fatal(err)
+	}
+	if err := h.vas.Add(va); err != nil {
+		h.t.Fatal(err)
+	}
 	h.actual.Observe(cache.Observation{
 		Volume:           vol.Name,
 		Node:             node,
-		VolumeAttachment: csivolume.AttachmentName(vol.Handle, vol.Driver, node),
-		UID:              types.UID("uid-" + node),
+		VolumeAttachment: va.Name,
+		UID:              va.UID,
 		Attached:         attached,
+		MultiAttach:      vol.MultiAttach,
 	})
 }
+
+// gone records that the VolumeAttachment of the volume on the node is gone.
+func (h *harness) gone(vol cache.Volume, node string) {
+	h.t.Helper()
+	name := vaName(vol, node)
+	if err := h.client.Tracker().Delete(vaResource, "", name); err != nil && !apierrors.IsNotFound(err) {
+		h.t.Fatal(err)
+	}
+	if obj, ok, _ := h.vas.GetByKey(name); ok {
+		if err := h.vas.Delete(obj); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	h.actual.Forget(name, "")
+	h.exec.ObserveVolumeAttachment(name, nil)
+}
+
+var vaResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
 
 func TestSyncRules(t *testing.T) {
 	const (
@@ -237,7 +419,16 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{detachOn("node-a")},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+		},
+		{
+			name: "mounted on a NotReady node, just before the maximum wait: no detach yet",
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			syncAt:      []time.Duration{0, maxWait - time.Second},
+			wantRequeue: time.Second,
 		},
 		{
 			name:               "mounted past the maximum wait on a NotReady node, force detach disabled",
@@ -252,6 +443,31 @@ func TestSyncRules(t *testing.T) {
 			name: "out-of-service node: detach at once though mounted",
 			setup: func(h *harness) {
 				h.node("node-a", mounting(rwo), outOfService)
+				h.attachment(rwo, "node-a", true)
+			},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceOutOfService)},
+		},
+		{
+			name: "out-of-service NotReady node: out-of-service, no wait",
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), outOfService, notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceOutOfService)},
+		},
+		{
+			name:               "out-of-service node, force detach on timeout disabled: still detached at once",
+			disableForceDetach: true,
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), outOfService)
+				h.attachment(rwo, "node-a", true)
+			},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceOutOfService)},
+		},
+		{
+			name: "out-of-service node, not mounted: not forced",
+			setup: func(h *harness) {
+				h.node("node-a", outOfService)
 				h.attachment(rwo, "node-a", true)
 			},
 			wantCalls: []call{detachOn("node-a")},
@@ -281,7 +497,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{detachOn("node-a")},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
 		},
 		{
 			name: "deleted node whose pod still exists: keep",
@@ -299,7 +515,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{detachOn("node-a")},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
 		},
 		{
 			name: "unmanaged node, not desired: no detach",
@@ -320,7 +536,7 @@ func TestSyncRules(t *testing.T) {
 			setup: func(h *harness) {
 				h.node("node-a")
 				h.attachment(rwo, "node-a", true)
-				h.actual.MarkDeleting(rwo.Name, "node-a")
+				h.actual.MarkDeleting(vaName(rwo, "node-a"), "")
 			},
 		},
 		{
@@ -329,7 +545,7 @@ func TestSyncRules(t *testing.T) {
 				h.node("node-a")
 				h.pod("ns", "db-a", "node-a", rwo)
 				h.attachment(rwo, "node-a", true)
-				h.actual.MarkDeleting(rwo.Name, "node-a")
+				h.actual.MarkDeleting(vaName(rwo, "node-a"), "")
 			},
 		},
 		{
@@ -401,7 +617,7 @@ func TestSyncRules(t *testing.T) {
 				h.node("node-b")
 				h.pod("ns", "db-b", "node-b", rwo)
 				h.attachment(rwo, "node-a", true)
-				h.actual.MarkDeleting(rwo.Name, "node-a")
+				h.actual.MarkDeleting(vaName(rwo, "node-a"), "")
 			},
 			wantEvents: []string{noHolder},
 		},
@@ -462,6 +678,28 @@ func TestSyncRules(t *testing.T) {
 			wantCalls: []call{detachOn("node-a"), attachOn("node-b")},
 		},
 		{
+			name: "multi-attach volume on A and B, desired nowhere: both detaches at once",
+			setup: func(h *harness) {
+				h.node("node-a")
+				h.node("node-b")
+				h.attachment(rwx, "node-a", true)
+				h.attachment(rwx, "node-b", true)
+			},
+			vol:       rwx,
+			wantCalls: []call{detachOn("node-a"), detachOn("node-b")},
+		},
+		{
+			name: "single-attach volume on A and B, desired nowhere: one detach at a time",
+			setup: func(h *harness) {
+				h.node("node-a")
+				h.node("node-b")
+				h.attachment(rwo, "node-a", true)
+				h.attachment(rwo, "node-b", true)
+			},
+			syncAt:    []time.Duration{0, time.Second},
+			wantCalls: []call{detachOn("node-a")},
+		},
+		{
 			name: "single-attach desired on two nodes, no attachment: exactly one attach",
 			setup: func(h *harness) {
 				h.node("node-a")
@@ -514,7 +752,7 @@ func TestSyncRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(tc.disableForceDetach)
+			h := newHarness(t, tc.disableForceDetach)
 			tc.setup(h)
 			vol := tc.vol
 			if vol.Name == "" {
@@ -528,10 +766,10 @@ func TestSyncRules(t *testing.T) {
 			var requeue time.Duration
 			for _, at := range syncAt {
 				h.now = start.Add(at)
-				requeue = h.r.Sync(context.Background(), vol.Name)
+				requeue = h.sync(vol)
 			}
-			if !slices.Equal(h.exec.calls, tc.wantCalls) {
-				t.Errorf("calls = %v, want %v", h.exec.calls, tc.wantCalls)
+			if got := h.exec.started(); !slices.Equal(got, tc.wantCalls) {
+				t.Errorf("operations started = %v, want %v", got, tc.wantCalls)
 			}
 			if requeue != tc.wantRequeue {
 				t.Errorf("requeue after %v, want %v", requeue, tc.wantRequeue)
@@ -544,14 +782,14 @@ func TestSyncRules(t *testing.T) {
 }
 
 func TestMultiAttachEventOncePerWait(t *testing.T) {
-	h := newHarness(false)
+	h := newHarness(t, false)
 	h.node("node-a")
 	h.node("node-b")
 	h.pod("ns", "db-a", "node-a", rwo)
 	h.pod("ns", "db-b1", "node-b", rwo)
 	h.pod("ns", "db-b2", "node-b", rwo)
 	h.attachment(rwo, "node-a", true)
-	ctx := context.Background()
+	ctx := h.ctx
 	want := `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by pod(s) db-a`
 
 	h.r.Sync(ctx, rwo.Name)
@@ -565,7 +803,7 @@ func TestMultiAttachEventOncePerWait(t *testing.T) {
 
 	// The volume moves to B: the wait is over once it is attached there.
 	h.desired.DeletePod("ns/db-a")
-	h.actual.Forget(csivolume.AttachmentName(rwo.Handle, rwo.Driver, "node-a"))
+	h.gone(rwo, "node-a")
 	h.attachment(rwo, "node-b", true)
 	h.r.Sync(ctx, rwo.Name)
 	if got := h.events(); len(got) != 0 {
@@ -573,7 +811,7 @@ func TestMultiAttachEventOncePerWait(t *testing.T) {
 	}
 
 	// A new holder elsewhere starts a new wait, reported again.
-	h.actual.Forget(csivolume.AttachmentName(rwo.Handle, rwo.Driver, "node-b"))
+	h.gone(rwo, "node-b")
 	h.attachment(rwo, "node-a", true)
 	h.pod("ns", "db-a", "node-a", rwo)
 	h.r.Sync(ctx, rwo.Name)
@@ -595,19 +833,19 @@ func TestSyncStartErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(false)
+			h := newHarness(t, false)
 			h.node("node-a")
 			h.pod("ns", "db-a", "node-a", rwo)
 			h.exec.startErr = tc.err
-			if got := h.r.Sync(context.Background(), rwo.Name); got != tc.wantRequeue {
+			if got := h.sync(rwo); got != tc.wantRequeue {
 				t.Errorf("attach: requeue after %v, want %v", got, tc.wantRequeue)
 			}
 
-			h = newHarness(false)
+			h = newHarness(t, false)
 			h.node("node-a")
 			h.attachment(rwo, "node-a", true)
 			h.exec.startErr = tc.err
-			if got := h.r.Sync(context.Background(), rwo.Name); got != tc.wantRequeue {
+			if got := h.sync(rwo); got != tc.wantRequeue {
 				t.Errorf("detach: requeue after %v, want %v", got, tc.wantRequeue)
 			}
 		})
@@ -615,25 +853,25 @@ func TestSyncStartErrors(t *testing.T) {
 }
 
 func TestSyncEarliestRequeue(t *testing.T) {
-	h := newHarness(false)
+	h := newHarness(t, false)
 	h.node("node-a", mounting(rwx))
 	h.node("node-b", mounting(rwx))
 	h.attachment(rwx, "node-a", true)
 	h.attachment(rwx, "node-b", true)
-	ctx := context.Background()
+	ctx := h.ctx
 	h.r.Sync(ctx, rwx.Name)
 	h.now = h.now.Add(time.Minute)
-	h.actual.ClearDetachWanted(rwx.Name, "node-b")
+	h.actual.EndUnmountWait(rwx.Name, "node-b")
 	if got := h.r.Sync(ctx, rwx.Name); got != maxWait-time.Minute {
 		t.Errorf("requeue after %v, want the earlier of the two waits, %v", got, maxWait-time.Minute)
 	}
 }
 
 func TestDesiredAgainEndsTheWait(t *testing.T) {
-	h := newHarness(false)
+	h := newHarness(t, false)
 	h.node("node-a", mounting(rwo), notReady)
 	h.attachment(rwo, "node-a", true)
-	ctx := context.Background()
+	ctx := h.ctx
 	h.r.Sync(ctx, rwo.Name)
 	h.now = h.now.Add(5 * time.Minute)
 	h.pod("ns", "db-a", "node-a", rwo)
@@ -643,7 +881,7 @@ func TestDesiredAgainEndsTheWait(t *testing.T) {
 	if got := h.r.Sync(ctx, rwo.Name); got != maxWait {
 		t.Errorf("requeue after %v, want a new full wait %v", got, maxWait)
 	}
-	if len(h.exec.calls) != 0 {
-		t.Errorf("calls = %v, want none", h.exec.calls)
+	if got := h.exec.started(); len(got) != 0 {
+		t.Errorf("operations started = %v, want none", got)
 	}
 }

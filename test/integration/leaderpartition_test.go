@@ -80,10 +80,11 @@ func TestLeaderPartition(t *testing.T) {
 		cut.Format(time.StampMilli), tookOver.Round(time.Millisecond), f.round, took.Round(time.Millisecond))
 	select {
 	case <-a.Process().Done():
-		t.Logf("old leader exited during the partition: %v", a.Process().Err())
+		t.Logf("old leader exited %s into the partition: %v", time.Since(cut).Round(time.Millisecond), a.Process().Err())
 	case <-time.After(time.Until(restore)):
 		t.Log("old leader still runs at the end of the partition")
 	}
+	time.Sleep(time.Until(restore))
 	proxy.Restore()
 	t.Logf("connections restored at %s", time.Now().Format(time.StampMilli))
 

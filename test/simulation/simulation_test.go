@@ -53,18 +53,26 @@ func TestMain(m *testing.M) {
 }
 
 func TestSimulation(t *testing.T) {
-	seeds := []int64{*seedFlag}
-	if *seedFlag < 0 {
-		n := *seedsFlag
-		if testing.Short() && !flagSet("seeds") {
-			n = 200
-		}
-		seeds = seeds[:0]
-		for i := range int64(n) {
-			seeds = append(seeds, *firstFlag+i)
-		}
+	if *seedFlag >= 0 {
+		runSeeds(t, *seedFlag, 1)
+		return
 	}
-	for _, seed := range seeds {
+	n := int64(*seedsFlag)
+	if testing.Short() && !flagSet("seeds") {
+		n = 200
+	}
+	// Batches of parallel seeds, one batch after the other, so that a soak does
+	// not start a hundred thousand subtests at once.
+	const batch = 1000
+	for first := *firstFlag; first < *firstFlag+n; first += batch {
+		count := min(batch, *firstFlag+n-first)
+		t.Run(fmt.Sprintf("seeds=%d-%d", first, first+count-1), func(t *testing.T) { runSeeds(t, first, count) })
+	}
+}
+
+// runSeeds runs count seeds from first in parallel subtests.
+func runSeeds(t *testing.T, first, count int64) {
+	for seed := first; seed < first+count; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			var trace atomic.Pointer[simtrace.Trace]
@@ -72,7 +80,7 @@ func TestSimulation(t *testing.T) {
 				// Simulated time stops if a goroutine waits on a mutex held by one
 				// that sleeps: nothing in the bubble can end the seed then.
 				debug.SetTraceback("all")
-				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
+				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
 					seed, *stallFlag, trace.Load(), seed))
 			})
 			defer watchdog.Stop()
@@ -81,7 +89,7 @@ func TestSimulation(t *testing.T) {
 				// blocked once the seed ended: something the controller started
 				// was never stopped.
 				if r := recover(); r != nil {
-					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
+					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
 						seed, r, *traceFlag, trace.Load(), leftovers(), seed)
 				}
 			}()
@@ -159,7 +167,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		if len(diffs) > 0 {
 			fmt.Fprintf(&b, "CONVERGENCE: not converged %s after changes stopped:\n  %s\n", convergeWithin, strings.Join(diffs, "\n  "))
 		}
-		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v",
+		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
 			seed, b.String(), *traceFlag, trace.String(), state, seed)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -114,11 +115,11 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		return fmt.Errorf("reading the hostname for the leader identity: %w", err)
 	}
 	identity := host + "_" + string(uuid.NewUUID())
-	lock := &resourcelock.LeaseLock{
+	lock := &renewalTrackingLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionName},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}
+	}}
 	// The elector gets a context of its own, cancelled only once the controller
 	// has stopped: on SIGTERM the lease is released after this replica's last
 	// write, never while one of its operations may still reach the API server.
@@ -141,6 +142,7 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 				runCtx, cancel := context.WithCancel(leaderCtx)
 				defer cancel()
 				defer context.AfterFunc(ctx, cancel)()
+				go stopWhenRenewalLapses(runCtx, lock, o.RenewDeadline, o.RetryPeriod, cancel)
 				ran <- run(runCtx)
 				stopElector()
 			},
@@ -173,6 +175,61 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		return errors.Join(errors.New("stopped leading before shutdown: the lease was lost or the controller stopped"), runErr)
 	}
 	return runErr
+}
+
+// renewalTrackingLock remembers when the last write of the Lease that succeeded
+// was sent: the lease runs from then at the latest.
+type renewalTrackingLock struct {
+	resourcelock.Interface
+	mu          sync.Mutex
+	lastRenewal time.Time
+}
+
+func (l *renewalTrackingLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	return l.track(func() error { return l.Interface.Create(ctx, rec) })
+}
+
+func (l *renewalTrackingLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	return l.track(func() error { return l.Interface.Update(ctx, rec) })
+}
+
+func (l *renewalTrackingLock) track(write func() error) error {
+	sent := time.Now()
+	err := write()
+	if err == nil {
+		l.mu.Lock()
+		l.lastRenewal = sent
+		l.mu.Unlock()
+	}
+	return err
+}
+
+func (l *renewalTrackingLock) sinceRenewal() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Since(l.lastRenewal)
+}
+
+// stopWhenRenewalLapses calls stop once the lease has gone renewDeadline without
+// a renewal. client-go's elector ends the leader's context only after it has also
+// tried to release the lease, up to another renew deadline later, by which time
+// another replica may lead: the controller must have stopped writing before the
+// lease can expire.
+func stopWhenRenewalLapses(ctx context.Context, lock *renewalTrackingLock, renewDeadline, retryPeriod time.Duration, stop func()) {
+	ticker := time.NewTicker(retryPeriod / 4)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if since := lock.sinceRenewal(); since > renewDeadline {
+				klog.FromContext(ctx).Info("Lease not renewed within the renew deadline; stopping before another replica can lead", "sinceRenewal", since)
+				stop()
+				return
+			}
+		}
+	}
 }
 
 func newClient(base *rest.Config, purpose string, limiter flowcontrol.RateLimiter) (*kubernetes.Clientset, error) {

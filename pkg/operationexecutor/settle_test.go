@@ -1,0 +1,109 @@
+package operationexecutor
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Settle reads what only the API server can settle, and records what it learns.
+func TestSettle(t *testing.T) {
+	lost := apierrors.NewInternalError(errors.New("etcd leader changed"))
+	tests := []struct {
+		name string
+		// setup leaves one record of testPV on testNode to settle.
+		setup         func(t *testing.T, h *execHarness)
+		running       bool
+		wantRecorded  bool
+		wantDeleting  bool
+		wantUnsettled bool
+	}{
+		{
+			name: "create never seen, object absent: forgotten",
+			setup: func(t *testing.T, h *execHarness) {
+				h.actual.BeginCreate(testPV.Name, testNode, vaName(testNode), false)
+			},
+			wantRecorded: false,
+		},
+		{
+			name: "create never seen, object exists: kept",
+			setup: func(t *testing.T, h *execHarness) {
+				h.actual.BeginCreate(testPV.Name, testNode, vaName(testNode), false)
+				if err := h.client.Tracker().Add(objectOn(vaName(testNode), testNode, vaUID)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantRecorded: true,
+		},
+		{
+			name: "create never seen, an operation on it runs: left to the operation",
+			setup: func(t *testing.T, h *execHarness) {
+				h.actual.BeginCreate(testPV.Name, testNode, vaName(testNode), false)
+			},
+			running:      true,
+			wantRecorded: true,
+		},
+		{
+			name: "delete of unknown outcome, the delete took effect: deleting",
+			setup: func(t *testing.T, h *execHarness) {
+				h.addAttached(t, vaName(testNode), testNode, vaUID, false)
+				h.actual.SetDeleteUnsettled(vaName(testNode), vaUID, true)
+				if err := h.client.Tracker().Delete(vaResource, "", vaName(testNode)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantRecorded: true, wantDeleting: true,
+		},
+		{
+			name: "delete of unknown outcome, the object is untouched: settled, not deleting",
+			setup: func(t *testing.T, h *execHarness) {
+				h.addAttached(t, vaName(testNode), testNode, vaUID, false)
+				h.actual.SetDeleteUnsettled(vaName(testNode), vaUID, true)
+			},
+			wantRecorded: true,
+		},
+		{
+			name: "delete of unknown outcome, the read fails too: still unsettled",
+			setup: func(t *testing.T, h *execHarness) {
+				h.addAttached(t, vaName(testNode), testNode, vaUID, false)
+				h.actual.SetDeleteUnsettled(vaName(testNode), vaUID, true)
+				h.getErr = lost
+			},
+			wantRecorded: true, wantUnsettled: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, 300*time.Millisecond)
+			tc.setup(t, h)
+			att, _ := h.actual.Object(vaName(testNode))
+			if tc.running {
+				key := lockFor(att.Volume, att.Node, att.MultiAttach)
+				if !h.exec.locks.tryAcquire(key) {
+					t.Fatal("lock taken")
+				}
+				defer h.exec.locks.free(key)
+			}
+			h.exec.Settle(t.Context(), att)
+			got, recorded := h.actual.Object(vaName(testNode))
+			if recorded != tc.wantRecorded {
+				t.Fatalf("recorded = %v, want %v", recorded, tc.wantRecorded)
+			}
+			if !recorded {
+				return
+			}
+			if got.Deleting != tc.wantDeleting {
+				t.Errorf("Deleting = %v, want %v", got.Deleting, tc.wantDeleting)
+			}
+			if got.DeleteUnsettled != tc.wantUnsettled {
+				t.Errorf("DeleteUnsettled = %v, want %v", got.DeleteUnsettled, tc.wantUnsettled)
+			}
+			if _, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), vaName(testNode), metav1.GetOptions{}); err == nil && !tc.wantRecorded {
+				t.Error("object exists but was forgotten")
+			}
+		})
+	}
+}

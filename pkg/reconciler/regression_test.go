@@ -1,0 +1,264 @@
+package reconciler_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
+)
+
+// The tests in this file run the reconciler with the real executor on a fake API
+// server, for what the two decide together.
+
+// onNode returns what the actual state holds of the volume on the node.
+func (h *harness) onNode(vol cache.Volume, node string) cache.OnNode {
+	h.t.Helper()
+	on, ok := h.actual.Get(vol.Name, node)
+	if !ok {
+		h.t.Fatalf("nothing recorded of %s on %s", vol.Name, node)
+	}
+	return on
+}
+
+// exists tells whether the API server still has the VolumeAttachment.
+func (h *harness) exists(vol cache.Volume, node string) bool {
+	_, err := h.client.Tracker().Get(vaResource, "", vaName(vol, node))
+	return err == nil
+}
+
+// waitFor polls cond until it holds.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHiddenVolumeWantedAgainIsReportedAgain guards against "a volume hidden from
+// node status during rebuild is never reported again if a pod on that node wants
+// it": an attached volume a pod on the node wants, hidden while no operation
+// runs, is listed again and the node's status is written.
+func TestHiddenVolumeWantedAgainIsReportedAgain(t *testing.T) {
+	tests := []struct {
+		name   string
+		vol    cache.Volume
+		hidden bool
+		// attached: the VolumeAttachment reports the volume attached.
+		attached     bool
+		wantReported bool
+		wantEnqueued []string
+		wantCalls    []call
+	}{
+		{name: "hidden, attached, wanted, nothing running", vol: rwo, hidden: true, attached: true, wantReported: true, wantEnqueued: []string{"node-a"}},
+		{name: "multi-attach: hidden, attached, wanted, nothing running", vol: rwx, hidden: true, attached: true, wantReported: true, wantEnqueued: []string{"node-a"}},
+		{name: "not hidden: nothing to write", vol: rwo, attached: true, wantReported: true},
+		{name: "hidden, not attached yet: the attach goes on, nothing to list", vol: rwo, hidden: true, wantCalls: []call{attachOn("node-a")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, false)
+			h.node("node-a")
+			h.pod("ns", "db-a", "node-a", tc.vol)
+			h.attachment(tc.vol, "node-a", tc.attached)
+			// As the rebuild leaves a volume node status did not list.
+			h.actual.SetHiddenFromNodeStatus(tc.vol.Name, "node-a", tc.hidden)
+
+			h.sync(tc.vol)
+			on := h.onNode(tc.vol, "node-a")
+			if on.Reported() != tc.wantReported {
+				t.Errorf("reported = %v, want %v (%+v)", on.Reported(), tc.wantReported, on)
+			}
+			if got := h.status.enqueuedNodes(); !slices.Equal(got, tc.wantEnqueued) {
+				t.Errorf("node status enqueued %q, want %q", got, tc.wantEnqueued)
+			}
+			if got := h.exec.started(); !slices.Equal(got, tc.wantCalls) {
+				t.Errorf("operations started = %v, want %v", got, tc.wantCalls)
+			}
+			// Once listed, later passes write nothing more.
+			h.sync(tc.vol)
+			if got := h.status.enqueuedNodes(); !slices.Equal(got, tc.wantEnqueued) {
+				t.Errorf("node status enqueued %q after a second pass, want %q", got, tc.wantEnqueued)
+			}
+		})
+	}
+}
+
+// TestHiddenVolumeIsLeftToTheRunningDetach: while the detach that hid the volume
+// runs, the reconciler leaves it hidden; the detach, called off because the pod
+// came back, lists it again itself.
+func TestHiddenVolumeIsLeftToTheRunningDetach(t *testing.T) {
+	h := newHarness(t, false)
+	h.node("node-a")
+	h.attachment(rwo, "node-a", true)
+	gate := make(chan struct{})
+	h.status.gate = gate
+
+	h.sync(rwo)
+	if got, want := h.exec.started(), []call{detachOn("node-a")}; !slices.Equal(got, want) {
+		t.Fatalf("operations started = %v, want %v", got, want)
+	}
+	h.waitFor("the detach to hide the volume", func() bool { return h.onNode(rwo, "node-a").HiddenFromNodeStatus })
+
+	// The pod comes back while the detach waits for node status.
+	h.pod("ns", "db-a", "node-a", rwo)
+	h.sync(rwo)
+	if on := h.onNode(rwo, "node-a"); on.Reported() {
+		t.Errorf("the reconciler listed the volume while the detach runs: %+v", on)
+	}
+	if got := h.status.enqueuedNodes(); len(got) != 0 {
+		t.Errorf("node status enqueued %q while the detach runs, want nothing", got)
+	}
+
+	close(gate)
+	h.waitIdle()
+	if !h.exists(rwo, "node-a") {
+		t.Error("the VolumeAttachment a pod wants again was deleted")
+	}
+	if on := h.onNode(rwo, "node-a"); !on.Reported() {
+		t.Errorf("after the called-off detach %+v, want the volume listed again", on)
+	}
+	if got := h.status.enqueuedNodes(); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("node status enqueued %q, want [node-a]", got)
+	}
+	h.sync(rwo)
+	if got := h.status.enqueuedNodes(); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("node status enqueued %q after one more pass, want [node-a] only", got)
+	}
+}
+
+// TestMultiAttachEventOnceForACreateInFlight: the executor refuses a single-attach
+// volume held only by a create that got no answer (it may exist), and the pods
+// are told once per wait.
+func TestMultiAttachEventOnceForACreateInFlight(t *testing.T) {
+	const noHolder = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already exclusively attached to one node and can't be attached to another`
+	h := newHarness(t, false)
+	h.node("node-a", mounting(rwo))
+	h.node("node-b")
+	h.pod("ns", "db-b", "node-b", rwo)
+	// A create sent to node-a whose answer never came: it may exist.
+	h.actual.BeginCreate(rwo.Name, "node-a", vaName(rwo, "node-a"), false)
+
+	for i := range 3 {
+		h.sync(rwo)
+		want := []string(nil)
+		if i == 0 {
+			want = []string{noHolder}
+		}
+		if got := h.events(); !slices.Equal(got, want) {
+			t.Errorf("pass %d: events = %q, want %q", i, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.MultiAttachRefusals); got != 1 {
+		t.Errorf("multi-attach refusals = %v, want 1", got)
+	}
+	if got := h.exec.started(); len(got) != 0 {
+		t.Errorf("operations started = %v, want none: node-a may hold the volume and still mounts it", got)
+	}
+}
+
+// TestStaleNodeDoesNotForceTheDetach guards against "force detach on a stale
+// node": the informer's node carries the out-of-service taint (or is NotReady past
+// the wait), the API server's node no longer does and kubelet reports the volume
+// in use; the reconciler asks for the forced detach, and the executor, deciding on
+// the API server's node, calls it off and lists the volume again.
+func TestStaleNodeDoesNotForceTheDetach(t *testing.T) {
+	tests := []struct {
+		name      string
+		informer  []nodeOpt
+		fresh     func(n *v1.Node)
+		syncAt    []time.Duration
+		wantForce operationexecutor.ForceReason
+	}{
+		{
+			name:      "out-of-service taint removed",
+			informer:  []nodeOpt{mounting(rwo), outOfService, notReady},
+			fresh:     func(n *v1.Node) { n.Spec.Taints = nil },
+			syncAt:    []time.Duration{0},
+			wantForce: operationexecutor.ForceOutOfService,
+		},
+		{
+			name:     "NotReady node Ready again",
+			informer: []nodeOpt{mounting(rwo), notReady},
+			fresh: func(n *v1.Node) {
+				n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}
+			},
+			syncAt:    []time.Duration{0, maxWait},
+			wantForce: operationexecutor.ForceUnmountTimeout,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, false)
+			h.node("node-a", tc.informer...)
+			h.attachment(rwo, "node-a", true)
+			fresh := nodeObject(h.nodes.Get("node-a"))
+			tc.fresh(fresh)
+			h.status.fresh["node-a"] = fresh
+
+			start := h.now
+			for _, at := range tc.syncAt {
+				h.now = start.Add(at)
+				h.sync(rwo)
+			}
+			if got, want := h.exec.started(), []call{forceDetachOn("node-a", tc.wantForce)}; !slices.Equal(got, want) {
+				t.Fatalf("operations started = %v, want %v", got, want)
+			}
+			h.waitIdle()
+			if !h.exists(rwo, "node-a") {
+				t.Error("the VolumeAttachment was deleted on the strength of a stale node")
+			}
+			if on := h.onNode(rwo, "node-a"); !on.Reported() || on.Deleting() {
+				t.Errorf("after the called-off detach %+v, want listed again, not deleting", on)
+			}
+			if got := h.status.enqueuedNodes(); !slices.Equal(got, []string{"node-a"}) {
+				t.Errorf("node status enqueued %q, want [node-a]", got)
+			}
+		})
+	}
+}
+
+// TestForcedDetachDeletesOnTheNodeTheAPIServerConfirms: the same forced detaches
+// go ahead when the API server's node agrees.
+func TestForcedDetachDeletesOnTheNodeTheAPIServerConfirms(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		informer  []nodeOpt
+		syncAt    []time.Duration
+		wantForce operationexecutor.ForceReason
+	}{
+		{"out-of-service", []nodeOpt{mounting(rwo), outOfService}, []time.Duration{0}, operationexecutor.ForceOutOfService},
+		{"NotReady past the maximum wait", []nodeOpt{mounting(rwo), notReady}, []time.Duration{0, maxWait}, operationexecutor.ForceUnmountTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, false)
+			h.node("node-a", tc.informer...)
+			h.attachment(rwo, "node-a", true)
+			start := h.now
+			for _, at := range tc.syncAt {
+				h.now = start.Add(at)
+				h.sync(rwo)
+			}
+			if got, want := h.exec.started(), []call{forceDetachOn("node-a", tc.wantForce)}; !slices.Equal(got, want) {
+				t.Fatalf("operations started = %v, want %v", got, want)
+			}
+			h.waitFor("the delete", func() bool { return h.onNode(rwo, "node-a").Deleting() })
+			if h.exists(rwo, "node-a") {
+				t.Error("the VolumeAttachment was not deleted")
+			}
+			if on := h.onNode(rwo, "node-a"); on.Reported() {
+				t.Errorf("during the detach %+v, want it out of node status", on)
+			}
+			h.gone(rwo, "node-a")
+			h.waitIdle()
+		})
+	}
+}
