@@ -32,7 +32,7 @@ require_version() {
 build() {
 	local name=$1 version=$2 dir=$3 pkg=$4 ldflags=$5 out="$bin/$1-$2" began=$SECONDS
 	[ -x "$out" ] && return 0
-	echo "building $name $version (first time only; kube-apiserver takes longest, 15 to 35 minutes on 2 cores)" >&2
+	echo "building $name $version (first time only; kube-apiserver takes longest, about half an hour on 2 cores)" >&2
 	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" -ldflags "$ldflags" "$pkg")
 	mv "$out.tmp" "$out"
 	local took=$((SECONDS - began))

@@ -138,7 +138,7 @@ func prepareTools(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fmt.Printf("Tools kube-apiserver and kubectl %s, csi-attacher %s: built by hack/build-tools.sh unless cached (the first build takes 15 to 40 minutes)\n",
+	fmt.Printf("Tools kube-apiserver and kubectl %s, csi-attacher %s: built by hack/build-tools.sh unless cached (the first build takes 35 to 70 minutes on 2 cores)\n",
 		versions.Kubernetes, versions.ExternalAttacher)
 	var kubectl string
 	for _, name := range []string{binaries.KubeAPIServer, binaries.Kubectl, binaries.CSIAttacher} {

@@ -36,8 +36,8 @@ With KUBECONFIG set, runs the controller against that cluster with leader electi
 
 What it needs it builds or installs once and caches: kube-apiserver, kubectl and
 csi-attacher (hack/build-tools.sh, which tells each build as it starts and ends; the
-first build takes 15 to 40 minutes), the controller (go build), and etcd (apt-get
-install etcd-server, when running as root).
+first build takes 35 to 70 minutes on 2 cores), the controller (go build), and etcd
+(apt-get install etcd-server, when running as root).
 
 Flags after -- go to the controller (see its --help).
 
