@@ -3,56 +3,66 @@
 # cache outside the repository, and prints the directory that holds them.
 #   hack/build-tools.sh [kube-apiserver] [kube-controller-manager] [kubectl] [csi-attacher]
 # With no arguments it builds all of them. Set ADC_TOOLS_DIR to choose the cache.
+# Their versions are pinned in hack/tools/versions. Each build says on standard error
+# when it starts and how long it took; what is cached already is not built again.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-k8s_version=v1.37.1
-attacher_version=v4.13.0
+# shellcheck source=tools/versions
+. "$here/tools/versions"
+k8s_minor=${KUBERNETES_VERSION#v1.}
+k8s_minor=${k8s_minor%%.*}
 cache=${ADC_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attachdetach-controller/tools}
 bin="$cache/bin"
 mkdir -p "$bin"
 
-# build_k8s builds the missing ones of the given k8s.io/kubernetes commands in one
-# go build, so that the packages they share are compiled once.
+# require_version fails unless the go.mod in dir requires module at version.
+require_version() {
+	local dir=$1 module=$2 version=$3 required
+	required=$(awk -v m="$module" '{ sub(/^[ \t]*require[ \t]+/, "") } $1 == m { print $2 }' "$dir/go.mod")
+	if [ "$required" != "$version" ]; then
+		echo "hack/tools/versions pins $module $version, but $dir/go.mod requires ${required:-nothing}:" >&2
+		echo "  (cd $dir && go get $module@$version && go mod tidy)" >&2
+		exit 1
+	fi
+}
+
+# build builds one command of the module in dir into $bin/name-version, telling when
+# it starts and how long it took.
+build() {
+	local name=$1 version=$2 dir=$3 pkg=$4 ldflags=$5 out="$bin/$1-$2" began=$SECONDS
+	[ -x "$out" ] && return 0
+	echo "building $name $version (first time only; kube-apiserver takes longest, about half an hour on 2 cores)" >&2
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" -ldflags "$ldflags" "$pkg")
+	mv "$out.tmp" "$out"
+	local took=$((SECONDS - began))
+	echo "built $name $version in $((took / 60))m$((took % 60))s" >&2
+}
+
 build_k8s() {
-	local missing=() name
-	for name in "$@"; do
-		[ -x "$bin/$name-$k8s_version" ] || missing+=("$name")
-	done
-	[ ${#missing[@]} -gt 0 ] || return 0
-	echo "building ${missing[*]} $k8s_version (first time only, a few minutes)" >&2
-	local tmp pkgs=()
-	tmp=$(mktemp -d "$cache/build.XXXXXX")
-	for name in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
-	(cd "$here/tools" && CGO_ENABLED=0 go build -trimpath -o "$tmp/" \
-		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
-		"${pkgs[@]}")
-	for name in "${missing[@]}"; do mv "$tmp/$name" "$bin/$name-$k8s_version"; done
-	rm -rf "$tmp"
+	require_version "$here/tools" k8s.io/kubernetes "$KUBERNETES_VERSION"
+	build "$1" "$KUBERNETES_VERSION" "$here/tools" "k8s.io/kubernetes/cmd/$1" \
+		"-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor"
 }
 
 build_attacher() {
-	local out="$bin/csi-attacher-$attacher_version"
-	[ -x "$out" ] && return 0
-	echo "building csi-attacher $attacher_version (first time only)" >&2
-	(cd "$here/tools/attacher" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" \
-		-ldflags "-s -w -X main.version=$attacher_version" \
-		github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher)
-	mv "$out.tmp" "$out"
+	require_version "$here/tools/attacher" github.com/kubernetes-csi/external-attacher/v4 "$EXTERNAL_ATTACHER_VERSION"
+	build csi-attacher "$EXTERNAL_ATTACHER_VERSION" "$here/tools/attacher" \
+		github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher "-s -w -X main.version=$EXTERNAL_ATTACHER_VERSION"
 }
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(kube-apiserver kube-controller-manager kubectl csi-attacher)
-k8s=()
 for t in "${targets[@]}"; do
 	case "$t" in
-	kube-apiserver | kube-controller-manager | kubectl) k8s+=("$t") ;;
-	csi-attacher) ;;
+	kube-apiserver | kube-controller-manager | kubectl | csi-attacher) ;;
 	*) echo "unknown tool $t" >&2; exit 2 ;;
 	esac
 done
-[ ${#k8s[@]} -eq 0 ] || build_k8s "${k8s[@]}"
 for t in "${targets[@]}"; do
-	[ "$t" != csi-attacher ] || build_attacher
+	case "$t" in
+	csi-attacher) build_attacher ;;
+	*) build_k8s "$t" ;;
+	esac
 done
 echo "$bin"

@@ -3,8 +3,9 @@
 #   Without KUBECONFIG: a local cluster (etcd, kube-apiserver, CSI test driver,
 #   csi-attacher, kubelet stand-in, the controller) and a demo, until Ctrl-C.
 #   With KUBECONFIG: the controller against that cluster, with leader election.
-# Builds what it needs on first use and caches it (the upstream tools take several
-# minutes the first time).
+# Builds what it needs on first use and caches it (the upstream tools take 35 to 70
+# minutes on 2 cores the first time; hack/build-tools.sh tells each build as it
+# starts and ends).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 

@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 )
 
 // stopGracePeriod is how long the controller gets after SIGTERM to give up its lease.
@@ -47,7 +45,7 @@ func runAgainst(ctx context.Context, stop context.CancelFunc, kubeconfigEnv stri
 		}
 	}
 
-	binary, err := localcluster.BuildController(ctx)
+	binary, err := binaries.Controller(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,32 +57,23 @@ func runAgainst(ctx context.Context, stop context.CancelFunc, kubeconfigEnv stri
 	}, extraArgs...)
 	fmt.Printf("KUBECONFIG is set: running the attachdetach-controller against %s (context %q) with leader election.\n", server, merged.CurrentContext)
 	fmt.Printf("+ %s %s\n", binary, strings.Join(args, " "))
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// Its own process group: Ctrl-C reaches this program, which passes on SIGTERM
 	// so that the controller gives its lease up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the controller: %w", err)
+	p, err := proc.StartAttached("the controller", binary, args...)
+	if err != nil {
+		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		return controllerExit(err)
+	case <-p.Done():
+		return controllerExit(p.Err())
 	case <-ctx.Done():
 	}
 	stop()
 	fmt.Println("\nStopping the controller")
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case err := <-done:
-		return controllerExit(err)
-	case <-time.After(stopGracePeriod):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return errors.New("the controller did not stop after SIGTERM; killed it")
+	if err := p.Stop(stopGracePeriod); err != nil {
+		return err
 	}
+	return controllerExit(p.Err())
 }
 
 func controllerExit(err error) error {

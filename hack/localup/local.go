@@ -13,9 +13,12 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster/demo"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // unmountDelay is how long the kubelet stand-in takes to unmount, long enough to see
@@ -36,13 +39,13 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 		return err
 	}
 	step := time.Now()
-	controller, err := localcluster.BuildController(ctx)
+	controller, err := binaries.Controller(ctx)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("attachdetach-controller built from this repository (%s): %s\n", since(step), controller)
 
-	dir, err := localcluster.TempDir("attachdetach-local-")
+	dir, err := testenv.TempDir("attachdetach-local-")
 	if err != nil {
 		return err
 	}
@@ -61,7 +64,7 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 		UnmountDelay:       unmountDelay,
 		AttacherRetryStart: 200 * time.Millisecond,
 		AttacherRetryMax:   10 * time.Second,
-		Controller: localcluster.ControllerOptions{
+		Controller: controllerproc.Options{
 			Binary:      controller,
 			LeaderElect: true,
 			BindAddress: metrics,
@@ -127,18 +130,23 @@ func ensureEtcd(ctx context.Context) error {
 }
 
 // prepareTools builds the upstream binaries the cluster runs, unless they are cached,
-// and returns kubectl's path.
+// and returns kubectl's path. hack/build-tools.sh tells each build as it starts and
+// ends.
 func prepareTools(ctx context.Context) (string, error) {
 	began := time.Now()
-	fmt.Printf("Tools kube-apiserver and kubectl %s, csi-attacher %s: built by hack/build-tools.sh unless cached (the first build takes several minutes)\n",
-		testenv.KubernetesVersion, testenv.ExternalAttacherVersion)
+	versions, err := binaries.ReadVersions()
+	if err != nil {
+		return "", err
+	}
+	fmt.Printf("Tools kube-apiserver and kubectl %s, csi-attacher %s: built by hack/build-tools.sh unless cached (the first build takes 35 to 70 minutes on 2 cores)\n",
+		versions.Kubernetes, versions.ExternalAttacher)
 	var kubectl string
-	for _, name := range []string{"kube-apiserver", "kubectl", "csi-attacher"} {
-		path, err := testenv.Tool(ctx, name)
+	for _, name := range []string{binaries.KubeAPIServer, binaries.Kubectl, binaries.CSIAttacher} {
+		path, err := binaries.Tool(ctx, name)
 		if err != nil {
 			return "", err
 		}
-		if name == "kubectl" {
+		if name == binaries.Kubectl {
 			kubectl = path
 		}
 	}
@@ -173,9 +181,7 @@ func printTryIt(c *localcluster.Cluster, kubectl, metrics string, demoRan bool) 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nThe cluster keeps running until Ctrl-C. In another shell:\n\n")
 	fmt.Fprintf(&b, "  export KUBECONFIG=%s\n", c.Kubeconfig)
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		fmt.Fprintf(&b, "  alias kubectl=%s\n", kubectl)
-	}
+	fmt.Fprintf(&b, "  alias kubectl=%s    # the kubectl of the API server's version\n", kubectl)
 	fmt.Fprintf(&b, "  kubectl get nodes,csinodes,csidrivers,volumeattachments\n")
 	fmt.Fprintf(&b, "  kubectl get node %s -o jsonpath='{.status.volumesAttached}{\"\\n\"}'\n", c.Nodes[0])
 	if demoRan {
@@ -213,7 +219,7 @@ spec:
   volumes:
   - name: data
     persistentVolumeClaim: {claimName: %s}
-`, demo.DefaultNamespace, node, localcluster.PodImage, demo.ClaimRWO)
+`, demo.DefaultNamespace, node, workload.PodImage, demo.ClaimRWO)
 }
 
 func removeDir(dir string) {

@@ -1,10 +1,10 @@
 // Package localcluster brings up, on one machine, everything the attach/detach
 // controller works with: etcd and kube-apiserver (internal/testenv), the in-memory CSI
-// test driver on a unix socket (test/csidriver), the real CSI external-attacher
-// (test/externalattacher) running as a ServiceAccount with upstream's permissions, a
-// kubelet stand-in for a few nodes (internal/sim), and the attachdetach-controller
-// built from this repository as a child process. The local demo (hack/localup) and
-// the end-to-end suite (test/e2e) both use it.
+// test driver on a unix socket (internal/csidriver), the real CSI external-attacher
+// (internal/externalattacher) running as a ServiceAccount with upstream's permissions,
+// a kubelet stand-in for a few nodes (internal/sim), and the attachdetach-controller
+// built from this repository as a child process (internal/controllerproc). The local
+// demo (hack/localup) and the end-to-end suite (test/e2e) both use it.
 package localcluster
 
 import (
@@ -22,10 +22,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/externalattacher"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
-	"github.com/attachdetach-controller/attachdetach-controller/test/csidriver"
-	"github.com/attachdetach-controller/attachdetach-controller/test/externalattacher"
 )
 
 // Defaults of Options.
@@ -60,8 +62,9 @@ type Options struct {
 	// AttacherRetryStart and AttacherRetryMax bound csi-attacher's backoff after a
 	// failed call; 0 keeps its defaults (1s and 5m).
 	AttacherRetryStart, AttacherRetryMax time.Duration
-	// Controller configures the controller process.
-	Controller ControllerOptions
+	// Controller configures the controller process; the cluster sets its Kubeconfig,
+	// and its LogFile unless set.
+	Controller controllerproc.Options
 	// Progress, if set, receives one line per component started.
 	Progress io.Writer
 }
@@ -74,7 +77,7 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// Dir holds the cluster's files.
 	Dir string
-	// Kubeconfig is the path of an admin kubeconfig.
+	// Kubeconfig is the path of an admin kubeconfig (the control plane's).
 	Kubeconfig string
 	// DriverName is the CSI driver's name; Nodes the simulated nodes.
 	DriverName string
@@ -86,7 +89,7 @@ type Cluster struct {
 	Attacher *externalattacher.Attacher
 	Kubelet  *sim.Kubelet
 	// Controller is the attachdetach-controller process.
-	Controller *Controller
+	Controller *controllerproc.Controller
 
 	ownEnv, ownDir bool
 	// stopBackground ends the kubelet stand-in.
@@ -96,8 +99,8 @@ type Cluster struct {
 // Start brings up a cluster: the control plane (unless opts.Env is given), the CSI
 // driver, csi-attacher, the CSIDriver object, the nodes with their CSINodes and the
 // kubelet stand-in, and the controller, which it waits for until its state is rebuilt.
-// The tools are built on first use (see testenv.Tool), the controller too (see
-// BuildController). On error everything started is stopped again.
+// The tools and the controller are built on first use (see internal/binaries). On
+// error everything started is stopped again.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = DefaultNodes
@@ -107,7 +110,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{Dir: opts.Dir, DriverName: opts.DriverName, Nodes: opts.Nodes, Env: opts.Env}
 	if c.Dir == "" {
-		dir, err := TempDir("attachdetach-local-")
+		dir, err := testenv.TempDir("attachdetach-local-")
 		if err != nil {
 			return nil, err
 		}
@@ -130,6 +133,10 @@ func (c *Cluster) start(ctx, background context.Context, opts Options) error {
 			fmt.Fprintf(opts.Progress, format+"\n", args...)
 		}
 	}
+	versions, err := binaries.ReadVersions()
+	if err != nil {
+		return err
+	}
 	if c.Env == nil {
 		began := time.Now()
 		env, err := testenv.Start(ctx, testenv.Options{BaseDir: c.Dir})
@@ -137,16 +144,12 @@ func (c *Cluster) start(ctx, background context.Context, opts Options) error {
 			return err
 		}
 		c.Env, c.ownEnv = env, true
-		progress("etcd and kube-apiserver %s ready at %s (%s)", testenv.KubernetesVersion, env.Host, roundDuration(time.Since(began)))
+		progress("etcd and kube-apiserver %s ready at %s (%s)", versions.Kubernetes, env.Host, roundDuration(time.Since(began)))
 	}
 	c.Client = c.Env.Client
-	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
-	if err := c.Env.WriteAdminKubeconfig(c.Kubeconfig); err != nil {
-		return err
-	}
+	c.Kubeconfig = c.Env.AdminKubeconfig
 
 	c.Driver = csidriver.New(c.DriverName)
-	var err error
 	if c.Server, err = csidriver.Serve(ctx, c.Driver, filepath.Join(c.Dir, "csi.sock")); err != nil {
 		return err
 	}
@@ -155,7 +158,7 @@ func (c *Cluster) start(ctx, background context.Context, opts Options) error {
 	if err := c.startAttacher(ctx, opts); err != nil {
 		return err
 	}
-	progress("csi-attacher %s running as ServiceAccount %s/%s (pid %d)", testenv.ExternalAttacherVersion, attacherNamespace, attacherAccount, c.Attacher.Pid())
+	progress("csi-attacher %s running as ServiceAccount %s/%s (pid %d)", versions.ExternalAttacher, attacherNamespace, attacherAccount, c.Attacher.Pid())
 
 	if err := c.createDriverAndNodes(ctx); err != nil {
 		return err
@@ -175,7 +178,13 @@ func (c *Cluster) start(ctx, background context.Context, opts Options) error {
 	if ctrlOpts.LogFile == "" {
 		ctrlOpts.LogFile = filepath.Join(c.Dir, "attachdetach-controller.log")
 	}
-	if c.Controller, err = StartController(ctx, ctrlOpts); err != nil {
+	if c.Controller, err = controllerproc.New(ctx, ctrlOpts); err != nil {
+		return err
+	}
+	if err := c.Controller.Start(ctx); err != nil {
+		return err
+	}
+	if err := c.Controller.WaitReady(ctx); err != nil {
 		return err
 	}
 	progress("attachdetach-controller running (pid %d)", c.Controller.Pid())
@@ -234,7 +243,9 @@ func (c *Cluster) NodeID(node string) string {
 // removes the files it made. It is safe to call more than once.
 func (c *Cluster) Stop() {
 	if c.Controller != nil {
-		c.Controller.Stop()
+		if err := c.Controller.Stop(); err != nil {
+			klog.Background().Error(err, "Stopping the controller")
+		}
 	}
 	if c.Attacher != nil {
 		c.Attacher.Stop()
@@ -266,19 +277,6 @@ func (c *Cluster) LogFiles() []string {
 		logs = append(logs, c.Controller.LogFile())
 	}
 	return logs
-}
-
-// TempDir makes a new temporary directory, in /dev/shm where possible: etcd's fsyncs
-// are much cheaper there.
-func TempDir(prefix string) (string, error) {
-	if dir, err := os.MkdirTemp("/dev/shm", prefix); err == nil {
-		return dir, nil
-	}
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		return "", fmt.Errorf("creating a temporary directory: %w", err)
-	}
-	return dir, nil
 }
 
 func roundDuration(d time.Duration) time.Duration {

@@ -49,18 +49,37 @@ func Start(name, logPath, binary string, args ...string) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seeking to the end of %s log: %w", name, err)
 	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s %s: %w", name, binary, err)
+	p := &Process{name: name, logPath: logPath, logStart: logStart}
+	if err := p.start(logFile, logFile, binary, args); err != nil {
+		return nil, err
 	}
-	p := &Process{name: name, logPath: logPath, logStart: logStart, cmd: cmd, done: make(chan struct{})}
+	return p, nil
+}
+
+// StartAttached runs binary with args, its output going to this program's standard
+// output and standard error, for a process the user watches. The process has no log:
+// WaitReady and LogTail have nothing to read.
+func StartAttached(name, binary string, args ...string) (*Process, error) {
+	p := &Process{name: name}
+	if err := p.start(os.Stdout, os.Stderr, binary, args); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Process) start(stdout, stderr *os.File, binary string, args []string) error {
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s %s: %w", p.name, binary, err)
+	}
+	p.done = make(chan struct{})
 	go func() {
-		p.err = cmd.Wait()
+		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	return p, nil
+	return nil
 }
 
 // Pid is the process ID, also the ID of its process group.

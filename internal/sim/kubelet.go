@@ -435,7 +435,7 @@ func statusPatch(node *corev1.Node, inUse map[string]bool, ready bool, now time.
 			status["volumesInUse"] = slices.Sorted(maps.Keys(inUse))
 		}
 	}
-	if isReady(node) != ready {
+	if Ready(node) != ready {
 		status["conditions"] = []corev1.NodeCondition{readyCondition(ready, metav1.NewTime(now))}
 	}
 	if len(status) == 0 {
@@ -448,7 +448,8 @@ func statusPatch(node *corev1.Node, inUse map[string]bool, ready bool, now time.
 	return patch
 }
 
-func isReady(node *corev1.Node) bool {
+// Ready tells whether a node's Ready condition is True.
+func Ready(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
@@ -471,7 +472,7 @@ func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
 	k.queue.Add(node)
 	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 		n, err := k.nodes.Get(node)
-		return err == nil && isReady(n) == ready, nil
+		return err == nil && Ready(n) == ready, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for node %s to be ready=%t: %w", node, ready, err)

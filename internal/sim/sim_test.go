@@ -35,6 +35,14 @@ func TestUniqueVolumeName(t *testing.T) {
 	}
 }
 
+func TestAttachmentName(t *testing.T) {
+	// sha256("vol-1" + "csi.example.com" + "node-1"), as sha256sum prints it.
+	want := "csi-b74c7fc125891ffa0d0f2e0d645733e3fae7fba3066e76500a771ea08be9da28"
+	if got := AttachmentName("csi.example.com", "vol-1", "node-1"); got != want {
+		t.Errorf("AttachmentName = %q, want %q", got, want)
+	}
+}
+
 func TestAttacherFinalizer(t *testing.T) {
 	for driver, want := range map[string]string{
 		"csi.example.com":  "external-attacher/csi-example-com",
@@ -147,8 +155,8 @@ func TestKubeletVolumesInUse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading node: %v", err)
 	}
-	if created.Annotations[ControllerManagedAnnotation] != "true" || !isReady(created) {
-		t.Fatalf("node annotations %v, ready %t: want controller-managed and ready", created.Annotations, isReady(created))
+	if created.Annotations[ControllerManagedAnnotation] != "true" || !Ready(created) {
+		t.Fatalf("node annotations %v, ready %t: want controller-managed and ready", created.Annotations, Ready(created))
 	}
 
 	createBoundClaim(t, ns, "data", "kubelet-in-use-pv", "handle^with^carets")
@@ -190,8 +198,8 @@ func TestKubeletStuckVolumeAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading node: %v", err)
 	}
-	if isReady(before) || !k.IsInUse(node, vol) {
-		t.Fatalf("node ready %t, volume in use %t: want not ready, in use", isReady(before), k.IsInUse(node, vol))
+	if Ready(before) || !k.IsInUse(node, vol) {
+		t.Fatalf("node ready %t, volume in use %t: want not ready, in use", Ready(before), k.IsInUse(node, vol))
 	}
 	// Nothing changes: the node status is left alone.
 	time.Sleep(200 * time.Millisecond)

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 
@@ -20,6 +22,14 @@ const ControllerManagedAnnotation = "volumes.kubernetes.io/controller-managed-at
 // node.status.volumesAttached and node.status.volumesInUse.
 func UniqueVolumeName(driver, volumeHandle string) string {
 	return "kubernetes.io/csi/" + driver + "^" + volumeHandle
+}
+
+// AttachmentName is the name of the VolumeAttachment of a CSI volume on a node:
+// csi-<sha256 of handle, driver and node name>, as kubelet and the external-attacher
+// expect it.
+func AttachmentName(driver, volumeHandle, node string) string {
+	sum := sha256.Sum256([]byte(volumeHandle + driver + node))
+	return "csi-" + hex.EncodeToString(sum[:])
 }
 
 var notFinalizerSafe = regexp.MustCompile(`[^a-zA-Z0-9-]`)

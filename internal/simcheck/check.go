@@ -28,6 +28,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
 )
 
@@ -112,7 +113,7 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 		c.health[name] = h
 	}
 	node, _ := obj.(*corev1.Node)
-	unhealthy := node == nil || !simworld.Ready(node)
+	unhealthy := node == nil || !sim.Ready(node)
 	// A node deleted while out of service stays shut down.
 	oos := h.outOfService
 	if node != nil {
@@ -173,7 +174,7 @@ func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write, now time.Time
 func (c *Checker) describeNode(r fakeapi.Reader, name, vol string, now time.Time) string {
 	s := "deleted"
 	if node, ok := fakeapi.Get[*corev1.Node](r, "", name); ok {
-		s = fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", simworld.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
+		s = fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
 	}
 	nv := simworld.NodeVolume{Node: name, Volume: vol}
 	if c.wanted[nv] {
@@ -227,10 +228,10 @@ func Converged(r fakeapi.Reader) []string {
 	listed := map[string]map[string]bool{}   // node → volumes it must list
 	for nv, v := range simworld.Wanted(r) {
 		node, ok := fakeapi.Get[*corev1.Node](r, "", nv.Node)
-		if !ok || node.Annotations[simworld.ManagedAnnotation] != "true" {
+		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" {
 			continue
 		}
-		want[simworld.AttachmentName(v.Driver, v.Handle, nv.Node)] = nv
+		want[sim.AttachmentName(v.Driver, v.Handle, nv.Node)] = nv
 		if listed[nv.Node] == nil {
 			listed[nv.Node] = map[string]bool{}
 		}
@@ -271,7 +272,7 @@ func Describe(r fakeapi.Reader) string {
 	var b strings.Builder
 	for _, node := range fakeapi.List[*corev1.Node](r) {
 		fmt.Fprintf(&b, "node %s Ready=%v out-of-service=%v volumesInUse=%v volumesAttached=%v\n",
-			node.Name, simworld.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse, node.Status.VolumesAttached)
+			node.Name, sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse, node.Status.VolumesAttached)
 	}
 	for _, pod := range fakeapi.List[*corev1.Pod](r) {
 		var vols []string

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
 func (w *World) nodeNames() []string {
@@ -31,7 +32,7 @@ func (w *World) startNode(name string) {
 		inUse = append(inUse, corev1.UniqueVolumeName(v))
 	}
 	w.create(&corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{ManagedAnnotation: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{sim.ControllerManagedAnnotation: "true"}},
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{readyCondition(true)}, VolumesInUse: inUse},
 	})
 	n.exists = true
@@ -195,7 +196,7 @@ func (w *World) mount(nodeName, volume string) {
 			return
 		}
 		driver, handle := splitUniqueName(volume)
-		va, ok := fakeapi.Get[*storagev1.VolumeAttachment](r, "", AttachmentName(driver, handle, nodeName))
+		va, ok := fakeapi.Get[*storagev1.VolumeAttachment](r, "", sim.AttachmentName(driver, handle, nodeName))
 		if !ok || !va.Status.Attached {
 			return
 		}

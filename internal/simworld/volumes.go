@@ -1,8 +1,6 @@
 package simworld
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"sync"
 
@@ -10,24 +8,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
-
-// ManagedAnnotation marks a node whose volumes the attach/detach controller attaches.
-const ManagedAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 
 // OutOfServiceTaint is the taint of a node shut down for good (non-graceful shutdown).
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
-
-// UniqueName is the name kubelet and the controller give a CSI volume in node status.
-func UniqueName(driver, handle string) string {
-	return "kubernetes.io/csi/" + driver + "^" + handle
-}
-
-// AttachmentName is the VolumeAttachment name for a CSI volume on a node.
-func AttachmentName(driver, handle, node string) string {
-	sum := sha256.Sum256([]byte(handle + driver + node))
-	return "csi-" + hex.EncodeToString(sum[:])
-}
 
 // NodeVolume is a volume (by unique name) on a node.
 type NodeVolume struct {
@@ -42,7 +27,7 @@ type Volume struct {
 }
 
 // UniqueName returns the volume's unique name.
-func (v Volume) UniqueName() string { return UniqueName(v.Driver, v.Handle) }
+func (v Volume) UniqueName() string { return sim.UniqueVolumeName(v.Driver, v.Handle) }
 
 // Counts tells whether a pod needs its volumes: it is on a node and not
 // terminated (Succeeded, Failed, or deleted with no container running).
@@ -114,16 +99,6 @@ func Wanted(r fakeapi.Reader) map[NodeVolume]Volume {
 		}
 	}
 	return out
-}
-
-// Ready tells whether a node's Ready condition is True.
-func Ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // OutOfService tells whether a node has the out-of-service taint.

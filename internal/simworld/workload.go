@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
 // workloadLoop makes one random change, then schedules the next while changes go on.
@@ -298,7 +299,7 @@ func (w *World) podGCLoop() {
 	w.store.Read(func(r fakeapi.Reader) {
 		for _, pod := range fakeapi.List[*corev1.Pod](r) {
 			node, ok := fakeapi.Get[*corev1.Node](r, "", pod.Spec.NodeName)
-			if !ok || (!Ready(node) && OutOfService(node)) {
+			if !ok || (!sim.Ready(node) && OutOfService(node)) {
 				doomed = append(doomed, fakeapi.Ref{Resource: fakeapi.Pods, Namespace: pod.Namespace, Name: pod.Name})
 			}
 		}

@@ -74,8 +74,8 @@ func writeECKey(path string, key *ecdsa.PrivateKey) error {
 	return nil
 }
 
-// randomToken returns 32 random hex digits.
-func randomToken() (string, error) {
+// NewToken returns a new random token of 32 hex digits, for a static-token User.
+func NewToken() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("generating token: %w", err)

@@ -21,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 )
 
@@ -51,12 +52,12 @@ type Options struct {
 	// APIServerFlags are appended to the kube-apiserver command line.
 	APIServerFlags []string
 	// BaseDir holds the environment's temporary directory. By default /dev/shm when
-	// writable (etcd's fsyncs are cheap there), else the system temp dir.
+	// writable (etcd's fsyncs are cheap there), else the system temp dir (TempDir).
 	BaseDir string
 	// StartTimeout bounds start-up once the binaries are available (90s by default).
 	StartTimeout time.Duration
 	// EtcdBinary and APIServerBinary override the binaries; by default etcd from
-	// PATH and kube-apiserver from hack/build-tools.sh.
+	// PATH and kube-apiserver from binaries.Tool.
 	EtcdBinary      string
 	APIServerBinary string
 }
@@ -71,6 +72,9 @@ type Env struct {
 	CAData []byte
 	// AdminToken authenticates as AdminUser, a member of system:masters.
 	AdminToken string
+	// AdminKubeconfig is the path of a kubeconfig for AdminUser, for processes such
+	// as the controller and kubectl.
+	AdminKubeconfig string
 	// Client is an admin client without client-side rate limit.
 	Client kubernetes.Interface
 	// EtcdURL is etcd's client URL.
@@ -92,7 +96,7 @@ type Env struct {
 // ctx bounds the start-up only (including a first build of kube-apiserver); the
 // processes run until Stop.
 func Start(ctx context.Context, opts Options) (*Env, error) {
-	etcdBinary, apiServerBinary, err := binaries(ctx, opts)
+	etcdBinary, apiServerBinary, err := findBinaries(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -104,9 +108,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	defer cancel()
 	begin := time.Now()
 
-	dir, err := os.MkdirTemp(baseDir(opts.BaseDir), "testenv-")
+	dir, err := makeDir(opts.BaseDir)
 	if err != nil {
-		return nil, fmt.Errorf("creating control plane directory: %w", err)
+		return nil, err
 	}
 	env := &Env{Dir: dir, EtcdLog: filepath.Join(dir, "etcd.log")}
 	if err := env.start(ctx, opts, etcdBinary, apiServerBinary); err != nil {
@@ -131,7 +135,7 @@ func (e *Env) start(ctx context.Context, opts Options, etcdBinary, apiServerBina
 	if err := writeSigningKey(files.signingKey); err != nil {
 		return err
 	}
-	if e.AdminToken, err = randomToken(); err != nil {
+	if e.AdminToken, err = NewToken(); err != nil {
 		return err
 	}
 	users := append([]User{{Name: AdminUser, Token: e.AdminToken, Groups: []string{"system:masters"}}}, opts.Users...)
@@ -159,11 +163,14 @@ func (e *Env) start(ctx context.Context, opts Options, etcdBinary, apiServerBina
 		e.Client = client
 		return client, nil
 	}
-	e.apiServer, e.Host, err = startAPIServer(ctx, apiServerBinary, files, e.EtcdURL, audit, opts.APIServerFlags, connect)
-	return err
+	if e.apiServer, e.Host, err = startAPIServer(ctx, apiServerBinary, files, e.EtcdURL, audit, opts.APIServerFlags, connect); err != nil {
+		return err
+	}
+	e.AdminKubeconfig = filepath.Join(e.Dir, "admin.kubeconfig")
+	return e.WriteAdminKubeconfig(e.AdminKubeconfig)
 }
 
-func binaries(ctx context.Context, opts Options) (etcd, apiServer string, err error) {
+func findBinaries(ctx context.Context, opts Options) (etcd, apiServer string, err error) {
 	etcd = opts.EtcdBinary
 	if etcd == "" {
 		if etcd, err = exec.LookPath("etcd"); err != nil {
@@ -172,22 +179,36 @@ func binaries(ctx context.Context, opts Options) (etcd, apiServer string, err er
 	}
 	apiServer = opts.APIServerBinary
 	if apiServer == "" {
-		if apiServer, err = Tool(ctx, "kube-apiserver"); err != nil {
+		if apiServer, err = binaries.Tool(ctx, binaries.KubeAPIServer); err != nil {
 			return "", "", err
 		}
 	}
 	return etcd, apiServer, nil
 }
 
-func baseDir(configured string) string {
-	if configured != "" {
-		return configured
+// makeDir makes the environment's directory in base, or with TempDir.
+func makeDir(base string) (string, error) {
+	if base == "" {
+		return TempDir("testenv-")
 	}
-	if probe, err := os.MkdirTemp("/dev/shm", "testenv-probe-"); err == nil {
-		os.Remove(probe)
-		return "/dev/shm"
+	dir, err := os.MkdirTemp(base, "testenv-")
+	if err != nil {
+		return "", fmt.Errorf("creating the control plane directory: %w", err)
 	}
-	return os.TempDir()
+	return dir, nil
+}
+
+// TempDir makes a new temporary directory, in /dev/shm where possible: etcd's fsyncs
+// are much cheaper there.
+func TempDir(prefix string) (string, error) {
+	if dir, err := os.MkdirTemp("/dev/shm", prefix); err == nil {
+		return dir, nil
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", fmt.Errorf("creating a temporary directory: %w", err)
+	}
+	return dir, nil
 }
 
 // writeTokenFile writes kube-apiserver's static token file: token,user,uid,"groups".

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 )
 
 // suite is the set of runs of one benchmark invocation: every controller on every
@@ -23,7 +22,7 @@ type suite struct {
 	// PhaseTimeout, AttacherWorkers, KubeletWorkers and Clients: see runConfig.
 	PhaseTimeout                             time.Duration
 	AttacherWorkers, KubeletWorkers, Clients int
-	// Dir receives the controller binary and one directory per run.
+	// Dir receives one directory per run.
 	Dir string
 	// Progress receives a line per run.
 	Progress io.Writer
@@ -33,7 +32,7 @@ type suite struct {
 // combination, the controllers one after the other for each workload and rate so
 // that both see the machine in the same state.
 func (s suite) run(ctx context.Context) ([]*result, error) {
-	bins, err := buildBinaries(ctx, s.Dir)
+	bins, err := findExecutables(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +43,7 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 			for _, kind := range s.Controllers {
 				cfg := runConfig{
 					Controller:      kind,
-					Binaries:        bins,
+					Executables:     bins,
 					Rate:            r,
 					Volumes:         volumes,
 					Nodes:           s.Nodes,
@@ -74,21 +73,14 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 	return results, nil
 }
 
-// buildBinaries builds ./cmd/attachdetach-controller into dir and finds (building
-// it on first use) kube-controller-manager.
-func buildBinaries(ctx context.Context, dir string) (binaries, error) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return binaries{}, err
+// findExecutables builds this controller and finds (building it on first use)
+// kube-controller-manager.
+func findExecutables(ctx context.Context) (executables, error) {
+	var bins executables
+	var err error
+	if bins.this, err = binaries.Controller(ctx); err != nil {
+		return bins, err
 	}
-	bins := binaries{this: filepath.Join(dir, "attachdetach-controller")}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bins.this, "./cmd/attachdetach-controller")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return binaries{}, fmt.Errorf("building the controller: %w\n%s", err, out)
-	}
-	if bins.upstream, err = testenv.Tool(ctx, "kube-controller-manager"); err != nil {
-		return binaries{}, err
-	}
-	return bins, nil
+	bins.upstream, err = binaries.Tool(ctx, binaries.KubeControllerManager)
+	return bins, err
 }

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -69,8 +66,8 @@ func parseRate(s string) (rate, error) {
 	return rate{QPS: q, Burst: b}, nil
 }
 
-// binaries are the two controllers' executables.
-type binaries struct {
+// executables are the two controllers' executables.
+type executables struct {
 	this, upstream string
 }
 
@@ -102,77 +99,6 @@ func controllerArgs(kind controllerKind, kubeconfig string, r rate) []string {
 		"--kube-api-qps=" + qps,
 		"--kube-api-burst=" + burst,
 	}
-}
-
-// process is a controller running as a child process in its own process group.
-type process struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
-
-func startProcess(binary string, args []string, logPath string) (*process, error) {
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("creating controller log: %w", err)
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "+ %s %s\n", binary, strings.Join(args, " "))
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", filepath.Base(binary), err)
-	}
-	p := &process{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *process) pid() int { return p.cmd.Process.Pid }
-
-// exited returns why the process ended, or nil while it runs.
-func (p *process) exited() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("controller exited (%v); log tail:\n%s", p.err, p.tail(30))
-	default:
-		return nil
-	}
-}
-
-// stop sends SIGTERM to the process group and kills it if it lingers; once the
-// process has exited it does nothing, so the group id is never signalled after it
-// may have been reused.
-func (p *process) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-func (p *process) tail(lines int) string {
-	data, err := os.ReadFile(p.log)
-	if err != nil {
-		return ""
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat: 100 on

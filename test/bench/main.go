@@ -3,7 +3,7 @@
 //
 //	go run ./test/bench -volumes=100,1000 -rates=20/30,200/300 -idle=60s
 //
-// Each controller runs alone, as a subprocess with a kubeconfig of its own
+// Each controller runs alone, as a child process with a kubeconfig of its own
 // static-token user (in system:masters), against a fresh etcd and kube-apiserver
 // that audit-log that user's requests. Simulated nodes (internal/sim Kubelet) report
 // the volumes of their pods in use; a simulated CSI external-attacher (internal/sim
@@ -37,7 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 )
 
 func main() {
@@ -53,7 +53,7 @@ func mainErr() error {
 		rates       = flag.String("rates", "20/30,200/300", "Comma-separated client QPS/burst settings, given to both controllers.")
 		controllers = flag.String("controllers", "this,upstream", "Comma-separated controllers to run, in order: this, upstream.")
 		s           = suite{Progress: os.Stderr}
-		keep        = flag.Bool("keep", false, "Keep the working directory (controller binary, kubeconfigs, logs).")
+		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
 	)
 	flag.IntVar(&s.Nodes, "nodes", 50, "Simulated nodes; pods are spread over them round-robin.")
 	flag.DurationVar(&s.Idle, "idle", 60*time.Second, "Idle period with every volume attached.")
@@ -99,8 +99,12 @@ func mainErr() error {
 	}
 	fmt.Printf("Run %s, took %s: `go run ./test/bench %s`\n\n", started.UTC().Format(time.RFC3339),
 		time.Since(started).Round(time.Second), strings.Join(os.Args[1:], " "))
+	versions, err := binaries.ReadVersions()
+	if err != nil {
+		return err
+	}
 	fmt.Printf("Machine: %s. This controller at %s; upstream kube-controller-manager %s.\n",
-		machine(), gitDescribe(), testenv.KubernetesVersion)
+		machine(), gitDescribe(), versions.Kubernetes)
 	fmt.Printf("Workload: %d nodes, one pod per ReadWriteOnce CSI volume, idle %s.\n\n", s.Nodes, s.Idle)
 	newResults(s, list).write(os.Stdout)
 	return nil
@@ -151,7 +155,7 @@ func procField(path, key string) (string, bool) {
 
 // gitDescribe names the commit the controller was built from.
 func gitDescribe() string {
-	root, err := testenv.RepoRoot()
+	root, err := binaries.RepoRoot()
 	if err != nil {
 		return "unknown commit"
 	}

@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // observer records, from watches in the benchmark process, when each volume's pod,
@@ -21,10 +21,12 @@ import (
 // pod's SuccessfulAttachVolume event was, and when the last VolumeAttachment and the
 // last node status entry went away.
 //
-// Volumes are keyed by name: the pod, its claim, the PV and the volume handle of a
-// volume all share one name.
+// Volumes are keyed by their claim's name, which their pod has too; their
+// PersistentVolume and volume handle are named <namespace>-<claim>
+// (workload.NewVolume).
 type observer struct {
-	prefix string // unique volume name prefix of the benchmark's driver
+	pvPrefix string // what a PersistentVolume's name adds to its claim's
+	prefix   string // what a volume's unique name adds to its claim's
 
 	mu           sync.Mutex
 	podSeen      map[string]time.Time
@@ -42,9 +44,11 @@ type observer struct {
 
 // startObserver watches pods, events, VolumeAttachments and nodes until ctx ends, and
 // returns once its caches are synced.
-func startObserver(ctx context.Context, client kubernetes.Interface, driver string) (*observer, error) {
+func startObserver(ctx context.Context, w *workload.Workload) (*observer, error) {
+	pvPrefix := w.NewVolume("", workload.VolumeOptions{}).PV
 	o := &observer{
-		prefix:       sim.UniqueVolumeName(driver, ""),
+		pvPrefix:     pvPrefix,
+		prefix:       sim.UniqueVolumeName(w.Driver, pvPrefix),
 		podSeen:      map[string]time.Time{},
 		vaSeen:       map[string]time.Time{},
 		attachedSeen: map[string]time.Time{},
@@ -53,8 +57,8 @@ func startObserver(ctx context.Context, client kubernetes.Interface, driver stri
 		liveVAs:      map[string]bool{},
 		nodeVolumes:  map[string]int{},
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
-	clusterFactory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(w.Client, 0, informers.WithNamespace(w.Namespace))
+	clusterFactory := informers.NewSharedInformerFactory(w.Client, 0)
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		funcs    cache.ResourceEventHandlerFuncs
@@ -136,7 +140,7 @@ func (o *observer) onVA(obj any) {
 	if !ok || va.Spec.Source.PersistentVolumeName == nil {
 		return
 	}
-	volume := *va.Spec.Source.PersistentVolumeName
+	volume := strings.TrimPrefix(*va.Spec.Source.PersistentVolumeName, o.pvPrefix)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.liveVAs[va.Name] = true

@@ -2,22 +2,21 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 const (
@@ -28,7 +27,9 @@ const (
 	probe = "probe"
 	// startupTimeout bounds the controller's start, up to the probe being detached.
 	startupTimeout = 2 * time.Minute
-	pollInterval   = 10 * time.Millisecond
+	// stopGracePeriod is how long a controller gets to stop after SIGTERM.
+	stopGracePeriod = 10 * time.Second
+	pollInterval    = 10 * time.Millisecond
 	// attachedReason is the reason of the event both controllers put on a pod once
 	// its volume is attached.
 	attachedReason = "SuccessfulAttachVolume"
@@ -38,11 +39,11 @@ const (
 
 // runConfig is one controller on one workload at one rate limit.
 type runConfig struct {
-	Controller controllerKind
-	Binaries   binaries
-	Rate       rate
-	Volumes    int
-	Nodes      int
+	Controller  controllerKind
+	Executables executables
+	Rate        rate
+	Volumes     int
+	Nodes       int
 	// Idle is how long every volume stays attached with nothing happening.
 	Idle time.Duration
 	// PhaseTimeout bounds the attach and the churn phase each.
@@ -93,16 +94,17 @@ type world struct {
 	cfg      runConfig
 	env      *testenv.Env
 	client   kubernetes.Interface
+	workload *workload.Workload
 	nodes    []string
 	volumes  []string
 	observer *observer
-	ctrl     *process
+	ctrl     *proc.Process
 }
 
 // run measures one controller on a control plane of its own.
 func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 	user := cfg.Controller.userName()
-	token, err := randomToken()
+	token, err := testenv.NewToken()
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +124,12 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	w := &world{cfg: cfg, env: env, client: env.Client}
+	w := &world{
+		cfg:      cfg,
+		env:      env,
+		client:   env.Client,
+		workload: &workload.Workload{Client: env.Client, Namespace: namespace, Driver: driver},
+	}
 	if err := w.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -130,9 +137,9 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 		return nil, err
 	}
 	defer func() {
-		w.ctrl.stop()
+		_ = w.ctrl.Stop(stopGracePeriod)
 		if err != nil {
-			err = fmt.Errorf("%w\ncontroller log: %s", err, w.ctrl.log)
+			err = fmt.Errorf("%w\ncontroller log: %s", err, w.ctrl.LogPath())
 		}
 	}()
 	if err := w.warmUp(ctx); err != nil {
@@ -143,7 +150,9 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w.ctrl.stop()
+	if err := w.ctrl.Stop(stopGracePeriod); err != nil {
+		return nil, err
+	}
 	events, err := env.AuditEvents()
 	if err != nil {
 		return nil, err
@@ -152,20 +161,11 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 	return res, nil
 }
 
-func randomToken() (string, error) {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generating a token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
-
 // setUp creates the namespace, the CSIDriver, the nodes with their kubelet
 // simulator, the attacher simulator, the observer, and the bound claims and PVs.
 func (w *world) setUp(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if _, err := w.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating namespace: %w", err)
+	if err := w.workload.CreateNamespace(ctx); err != nil {
+		return err
 	}
 	csiDriver := &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: driver},
@@ -191,50 +191,14 @@ func (w *world) setUp(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if w.observer, err = startObserver(ctx, w.client, driver); err != nil {
+	if w.observer, err = startObserver(ctx, w.workload); err != nil {
 		return err
 	}
 	all := append([]string{probe}, w.volumes...)
-	return parallel(ctx, len(all), w.cfg.Clients, func(i int) error { return w.createVolume(ctx, all[i]) })
-}
-
-// createVolume creates a ReadWriteOnce claim and a CSI PV pre-bound to each other,
-// both named name, the PV's volume handle being name too.
-func (w *world) createVolume(ctx context.Context, name string) error {
-	modes := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
-	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: modes,
-			VolumeName:  name,
-			Resources:   corev1.VolumeResourceRequirements{Requests: size},
-		},
-	}
-	claims := w.client.CoreV1().PersistentVolumeClaims(namespace)
-	created, err := claims.Create(ctx, claim, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("creating claim %s: %w", name, err)
-	}
-	created.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, AccessModes: modes, Capacity: size}
-	if _, err := claims.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("binding claim %s: %w", name, err)
-	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeSpec{
-			AccessModes: modes,
-			Capacity:    size,
-			ClaimRef:    &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: namespace, Name: name, UID: created.UID},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{
-				CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: name},
-			},
-		},
-	}
-	if _, err := w.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating PV %s: %w", name, err)
-	}
-	return nil
+	return parallel(ctx, len(all), w.cfg.Clients, func(i int) error {
+		_, err := w.workload.CreateVolume(ctx, all[i], workload.VolumeOptions{})
+		return err
+	})
 }
 
 func (w *world) startController(token string) error {
@@ -242,12 +206,13 @@ func (w *world) startController(token string) error {
 	if err := w.env.WriteKubeconfig(kubeconfig, token); err != nil {
 		return err
 	}
-	binary := w.cfg.Binaries.this
+	binary := w.cfg.Executables.this
 	if w.cfg.Controller == upstreamController {
-		binary = w.cfg.Binaries.upstream
+		binary = w.cfg.Executables.upstream
 	}
 	var err error
-	w.ctrl, err = startProcess(binary, controllerArgs(w.cfg.Controller, kubeconfig, w.cfg.Rate), filepath.Join(w.cfg.Dir, "controller.log"))
+	w.ctrl, err = proc.Start(string(w.cfg.Controller)+" controller", filepath.Join(w.cfg.Dir, "controller.log"), binary,
+		controllerArgs(w.cfg.Controller, kubeconfig, w.cfg.Rate)...)
 	return err
 }
 
@@ -272,7 +237,7 @@ func (w *world) warmUp(ctx context.Context) error {
 // the end of the last.
 func (w *world) measure(ctx context.Context, res *result) ([numPhases + 1]time.Time, error) {
 	var bounds [numPhases + 1]time.Time
-	pid := w.ctrl.pid()
+	pid := w.ctrl.Pid()
 
 	bounds[attachPhase] = time.Now()
 	if err := parallel(ctx, len(w.volumes), w.cfg.Clients, func(i int) error {
@@ -303,7 +268,7 @@ func (w *world) measure(ctx context.Context, res *result) ([numPhases + 1]time.T
 		return bounds, ctx.Err()
 	case <-time.After(w.cfg.Idle):
 	}
-	if err := w.ctrl.exited(); err != nil {
+	if err := w.exited(); err != nil {
 		return bounds, err
 	}
 	cpuAfter, err := cpuTime(pid)
@@ -347,49 +312,34 @@ func (w *world) attachFigures(res *result, start time.Time) {
 
 // createPod creates a pod on node that uses the claim named volume.
 func (w *world) createPod(ctx context.Context, volume, node string) error {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: volume},
-		Spec: corev1.PodSpec{
-			NodeName:   node,
-			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app"}},
-			Volumes: []corev1.Volume{{
-				Name:         "data",
-				VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: volume}},
-			}},
-		},
-	}
-	if _, err := w.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating pod %s: %w", volume, err)
-	}
-	return nil
+	return w.workload.CreatePod(ctx, w.workload.Pod(volume, node, volume))
 }
 
 // deletePod deletes a pod at once: with no grace period the object is gone, so the
 // kubelet simulator drops its volume from volumesInUse straight away.
 func (w *world) deletePod(ctx context.Context, name string) error {
-	if err := w.client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		return fmt.Errorf("deleting pod %s: %w", name, err)
+	return w.workload.DeletePodNow(ctx, name)
+}
+
+// exited returns why the controller ended, with the end of its log, or nil while it
+// runs.
+func (w *world) exited() error {
+	if err := w.ctrl.Exited(); err != nil {
+		return fmt.Errorf("%w; log tail:\n%s", err, w.ctrl.LogTail(30))
 	}
 	return nil
 }
 
 // waitFor polls cond until it holds, failing early if the controller exits.
 func (w *world) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	ticker := time.NewTicker(pollInterval)
-	defer ticker.Stop()
-	for !cond() {
-		if err := w.ctrl.exited(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(context.Context) (bool, error) {
+		if err := w.exited(); err != nil {
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-ticker.C:
-		}
+		return cond(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	return nil
 }

@@ -1,14 +1,14 @@
 package deploy
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/invariant"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // Lease timings of the fail-over rounds: the defaults (15s, 10s, 2s) shortened to
@@ -31,8 +31,8 @@ func TestFailoverRounds(t *testing.T) {
 		rounds  = 5
 		volumes = 4
 	)
-	w := newWorld(t, worldOptions{nodes: 3, unmountDelay: 200 * time.Millisecond, attachDelay: 300 * time.Millisecond, detachDelay: 300 * time.Millisecond})
-	checker := startChecker(t)
+	w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 3, UnmountDelay: 200 * time.Millisecond, AttachDelay: 300 * time.Millisecond, DetachDelay: 300 * time.Millisecond})
+	suite.StartChecker(t, env.Env)
 	var replicas []*replica
 	start := func() *replica {
 		r := startReplica(t, fmt.Sprintf("r%d", len(replicas)), replicaOptions{account: controllerAccount, lease: lease, args: shortLeaseArgs})
@@ -44,17 +44,17 @@ func TestFailoverRounds(t *testing.T) {
 	standby := start()
 	standby.waitStandby()
 
-	vols := make([]volume, volumes)
+	vols := make([]workload.Volume, volumes)
 	pods := make([]string, volumes)
 	at := make([]int, volumes) // index of the node each volume's pod is on
 	for i := range vols {
-		vols[i] = w.createVolume(fmt.Sprintf("data-%d", i))
-		at[i] = i % len(w.nodes)
+		vols[i] = w.CreateVolume(fmt.Sprintf("data-%d", i), workload.VolumeOptions{})
+		at[i] = i % len(w.Nodes)
 		pods[i] = fmt.Sprintf("app-%d-r0", i)
-		w.createPod(pods[i], w.nodes[at[i]], vols[i])
+		w.CreatePod(pods[i], w.Nodes[at[i]], vols[i].Claim)
 	}
 	for i := range vols {
-		w.waitAttachedOnlyTo(vols[i], w.nodes[at[i]], operationTimeout)
+		waitAttachedOnlyTo(w, vols[i], w.Nodes[at[i]], operationTimeout)
 	}
 
 	// A takeover is a round's new leader and the VolumeAttachments only it can have
@@ -71,20 +71,20 @@ func TestFailoverRounds(t *testing.T) {
 		// and must wait until the old pod is gone and the volume detached.
 		for i := range vols {
 			if i >= volumes/2 {
-				tk.deleted = append(tk.deleted, w.attachments(vols[i])[w.nodes[at[i]]].Name)
+				tk.deleted = append(tk.deleted, attachments(w, vols[i])[w.Nodes[at[i]]].Name)
 			}
-			at[i] = (at[i] + 1) % len(w.nodes)
+			at[i] = (at[i] + 1) % len(w.Nodes)
 			pods[i] = fmt.Sprintf("app-%d-r%d", i, round)
-			w.createPod(pods[i], w.nodes[at[i]], vols[i])
+			w.CreatePod(pods[i], w.Nodes[at[i]], vols[i].Claim)
 		}
 		// Half of the old pods go now, and the leader dies as soon as it has begun
 		// to detach their volumes; the other half go while no replica leads.
 		for i := range volumes / 2 {
-			w.deletePod(oldPods[i])
+			w.DeletePod(oldPods[i])
 		}
-		eventually(t, operationTimeout, "the leader to begin a detach", func() bool {
+		suite.Eventually(t, operationTimeout, "the leader to begin a detach", func() bool {
 			for i := range volumes / 2 {
-				va, ok := w.attachments(vols[i])[w.nodes[oldAt[i]]]
+				va, ok := attachments(w, vols[i])[w.Nodes[oldAt[i]]]
 				if !ok || va.DeletionTimestamp != nil {
 					return true
 				}
@@ -94,16 +94,16 @@ func TestFailoverRounds(t *testing.T) {
 		killed := time.Now()
 		leader.kill()
 		for i := volumes / 2; i < volumes; i++ {
-			w.deletePod(oldPods[i])
+			w.DeletePod(oldPods[i])
 		}
 		took := waitLeader(t, lease, standby, operationTimeout).Sub(killed)
 		next := start()
 		for i := range vols {
-			w.waitAttachedOnlyTo(vols[i], w.nodes[at[i]], operationTimeout)
+			waitAttachedOnlyTo(w, vols[i], w.Nodes[at[i]], operationTimeout)
 		}
 		done := time.Since(killed)
 		for i := volumes / 2; i < volumes; i++ {
-			tk.created = append(tk.created, w.attachments(vols[i])[w.nodes[at[i]]].Name)
+			tk.created = append(tk.created, attachments(w, vols[i])[w.Nodes[at[i]]].Name)
 		}
 		next.waitStandby()
 		waitGauge(t, standby, 1)
@@ -116,15 +116,14 @@ func TestFailoverRounds(t *testing.T) {
 	}
 
 	for i := range vols {
-		w.deletePod(pods[i])
+		w.DeletePod(pods[i])
 	}
 	for i := range vols {
-		w.waitDetached(vols[i], operationTimeout)
+		waitDetachedEverywhere(w, vols[i], operationTimeout)
 	}
 	standby.terminate()
 	leader.terminate()
 
-	checkInvariants(t, checker)
 	requests := checkOnlyLeaderWrites(t, lease, replicas)
 	for i, tk := range takeovers {
 		mine := requestsOf(requests, tk.leader.credential)
@@ -157,9 +156,9 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 		// latency allows for requests and scheduling on a busy test machine.
 		latency = time.Second
 	)
-	w := newWorld(t, worldOptions{nodes: 1, attachDelay: 300 * time.Millisecond})
-	node := w.nodes[0]
-	checker := startChecker(t)
+	w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 1, AttachDelay: 300 * time.Millisecond})
+	node := w.Nodes[0]
+	suite.StartChecker(t, env.Env)
 	opts := replicaOptions{account: controllerAccount, lease: lease}
 	a := startReplica(t, "a", opts)
 	waitLeader(t, lease, a, operationTimeout)
@@ -168,35 +167,34 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 
 	// SIGKILL: the Lease stays held until it expires. A pod created right after
 	// the kill waits for the new leader to attach its volume.
-	afterKill := w.createVolume("after-kill")
+	afterKill := w.CreateVolume("after-kill", workload.VolumeOptions{})
 	killed := time.Now()
 	a.kill()
-	if holder := leaseHolder(t, lease); holder != a.identity() {
-		t.Errorf("right after SIGKILL the lease is held by %q, want the killed leader %q", holder, a.identity())
+	if holder := leaseHolder(t, lease); holder != a.ctrl.Identity() {
+		t.Errorf("right after SIGKILL the lease is held by %q, want the killed leader %q", holder, a.ctrl.Identity())
 	}
-	w.createPod("after-kill", node, afterKill)
+	w.CreatePod("after-kill", node, afterKill.Claim)
 	waitLeader(t, lease, b, leaseDuration+maxRetryWait+operationTimeout)
-	w.waitAttachedOnlyTo(afterKill, node, operationTimeout)
+	waitAttachedOnlyTo(w, afterKill, node, operationTimeout)
 	killAttached := time.Since(killed)
 
 	// SIGTERM: the leader releases the Lease on its way out and the standby takes it
 	// at its next try.
 	a2 := startReplica(t, "a2", opts)
 	a2.waitStandby()
-	afterTerm := w.createVolume("after-term")
+	afterTerm := w.CreateVolume("after-term", workload.VolumeOptions{})
 	stopped := time.Now()
 	b.terminate()
 	exited := time.Since(stopped)
-	if holder := leaseHolder(t, lease); holder != "" && holder != a2.identity() {
+	if holder := leaseHolder(t, lease); holder != "" && holder != a2.ctrl.Identity() {
 		t.Errorf("after SIGTERM the stopped leader's lease is held by %q, want it released", holder)
 	}
-	w.createPod("after-term", node, afterTerm)
+	w.CreatePod("after-term", node, afterTerm.Claim)
 	waitLeader(t, lease, a2, leaseDuration)
-	w.waitAttachedOnlyTo(afterTerm, node, operationTimeout)
+	waitAttachedOnlyTo(w, afterTerm, node, operationTimeout)
 	termAttached := time.Since(stopped)
 	a2.terminate()
 
-	checkInvariants(t, checker)
 	requests := checkOnlyLeaderWrites(t, lease, []*replica{a, b, a2})
 	killLease, killWrite := takeoverTimes(t, requests, b, lease, killed)
 	termLease, termWrite := takeoverTimes(t, requests, a2, lease, stopped)
@@ -217,30 +215,10 @@ func TestFailoverTimesWithDefaultLeaseSettings(t *testing.T) {
 	checkNoRefusals(t, []*replica{a, b, a2})
 }
 
-// startChecker starts the invariant checker on the whole cluster.
-func startChecker(t *testing.T) *invariant.Checker {
-	t.Helper()
-	c, err := invariant.Start(context.Background(), env.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	return c
-}
-
-// checkInvariants stops the checker and fails the test on any violation.
-func checkInvariants(t *testing.T, c *invariant.Checker) {
-	t.Helper()
-	c.Stop()
-	for _, v := range c.Violations() {
-		t.Errorf("safety rule broken: %s", v)
-	}
-}
-
 // waitGauge waits until the replica's leader metric has the value.
 func waitGauge(t *testing.T, r *replica, want float64) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("%s of replica %s to be %v", leaderMetric, r.name, want), func() bool {
+	suite.Eventually(t, 5*time.Second, fmt.Sprintf("%s of replica %s to be %v", leaderMetric, r.name, want), func() bool {
 		return r.leaderGauge() == want
 	})
 }

@@ -55,7 +55,7 @@ var leaderElectionPermissions = []permission{
 // renderManifests returns the objects `kubectl kustomize manifests/` renders.
 func renderManifests(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	out, _, err := kubectl(t.Context(), "kustomize", "manifests/")
+	out, _, err := kubectl(t.Context(), "kustomize", manifests)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func deploymentArgs(t *testing.T) []string {
 // changes nothing.
 func installManifests(t *testing.T) {
 	t.Helper()
-	if _, _, err := kubectl(t.Context(), "apply", "-k", "manifests/"); err != nil {
+	if _, _, err := kubectl(t.Context(), "apply", "-k", manifests); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -163,10 +163,10 @@ func TestServerSideDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("encoding the namespace: %v", err)
 	}
-	if _, _, err := kubectlWithInput(t.Context(), string(nsJSON), "apply", "-f", "-"); err != nil {
+	if _, _, err := env.Kubectl().Run(t.Context(), string(nsJSON), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, err := kubectl(t.Context(), "apply", "--dry-run=server", "-k", "manifests/")
+	stdout, stderr, err := kubectl(t.Context(), "apply", "--dry-run=server", "-k", manifests)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestServerSideDryRun(t *testing.T) {
 func TestApplyIsIdempotent(t *testing.T) {
 	installManifests(t)
 	// kubectl diff exits 1 when there is a difference.
-	if out, _, err := kubectl(t.Context(), "diff", "-k", "manifests/"); err != nil {
+	if out, _, err := kubectl(t.Context(), "diff", "-k", manifests); err != nil {
 		t.Fatalf("kubectl diff after apply: %v\n%s", err, out)
 	}
 }

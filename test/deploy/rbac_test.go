@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // operationTimeout bounds how long a test waits for one attach, detach or move.
@@ -24,7 +27,7 @@ const operationTimeout = 20 * time.Second
 func TestManifestRBAC(t *testing.T) {
 	installManifests(t)
 	const lease = "rbac-cycle"
-	w := newWorld(t, worldOptions{nodes: 2})
+	w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 2})
 	r := startReplica(t, "rbac", replicaOptions{
 		account: controllerAccount,
 		lease:   lease,
@@ -34,31 +37,31 @@ func TestManifestRBAC(t *testing.T) {
 	container := controllerContainer(t)
 	for _, probe := range []*corev1.Probe{container.LivenessProbe, container.ReadinessProbe} {
 		path := probe.HTTPGet.Path
-		eventually(t, operationTimeout, "the leader to answer "+path, func() bool {
+		suite.Eventually(t, operationTimeout, "the leader to answer "+path, func() bool {
 			code, _ := r.get(path)
 			return code == http.StatusOK
 		})
 	}
-	a, b := w.nodes[0], w.nodes[1]
-	v := w.createVolume("data")
-	attached := fmt.Sprintf("Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume %q", v.pv)
+	a, b := w.Nodes[0], w.Nodes[1]
+	v := w.CreateVolume("data", workload.VolumeOptions{})
+	attached := fmt.Sprintf("Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume %q", v.PV)
 
-	w.createPod("first", a, v)
-	w.waitAttachedOnlyTo(v, a, operationTimeout)
-	w.waitEvent("first", attached)
+	w.CreatePod("first", a, v.Claim)
+	waitAttachedOnlyTo(w, v, a, operationTimeout)
+	w.WaitEvent("first", attached)
 
-	w.createPod("second", b, v)
-	w.waitEvent("second", fmt.Sprintf("Warning FailedAttachVolume Multi-Attach error for volume %q Volume is already used by pod(s) first", v.pv))
-	if !w.attachedOnlyTo(v, a) {
-		t.Fatalf("%s attached elsewhere than %s while pod first still uses it there: %v", v.pv, a, w.attachments(v))
+	w.CreatePod("second", b, v.Claim)
+	w.WaitEvent("second", fmt.Sprintf("Warning FailedAttachVolume Multi-Attach error for volume %q Volume is already used by pod(s) first", v.PV))
+	if !attachedOnlyTo(w, v, a) {
+		t.Fatalf("%s attached elsewhere than %s while pod first still uses it there: %v", v.PV, a, attachments(w, v))
 	}
 
-	w.deletePod("first")
-	w.waitAttachedOnlyTo(v, b, operationTimeout)
-	w.waitEvent("second", attached)
+	w.DeletePod("first")
+	waitAttachedOnlyTo(w, v, b, operationTimeout)
+	w.WaitEvent("second", attached)
 
-	w.deletePod("second")
-	w.waitDetached(v, operationTimeout)
+	w.DeletePod("second")
+	waitDetachedEverywhere(w, v, operationTimeout)
 	r.terminate()
 
 	checkNoRefusals(t, []*replica{r})
@@ -109,41 +112,41 @@ func TestMissingPermissionFails(t *testing.T) {
 	cases := []struct {
 		missing permission
 		// exercise makes the controller need the missing permission.
-		exercise func(w *world, v volume)
+		exercise func(w *suite.World, v workload.Volume)
 		// failed tells whether the world shows the controller could not do its job.
-		failed func(w *world, v volume) bool
+		failed func(w *suite.World, v workload.Volume) bool
 	}{
 		{
 			missing: permission{"storage.k8s.io", "volumeattachments", "delete"},
-			exercise: func(w *world, v volume) {
-				w.createPod("app", w.nodes[0], v)
-				w.waitAttachedOnlyTo(v, w.nodes[0], operationTimeout)
-				w.deletePod("app")
+			exercise: func(w *suite.World, v workload.Volume) {
+				w.CreatePod("app", w.Nodes[0], v.Claim)
+				waitAttachedOnlyTo(w, v, w.Nodes[0], operationTimeout)
+				w.DeletePod("app")
 			},
-			failed: func(w *world, v volume) bool { _, ok := w.attachments(v)[w.nodes[0]]; return ok },
+			failed: func(w *suite.World, v workload.Volume) bool { _, ok := attachments(w, v)[w.Nodes[0]]; return ok },
 		},
 		{
 			missing:  permission{"storage.k8s.io", "volumeattachments", "create"},
-			exercise: func(w *world, v volume) { w.createPod("app", w.nodes[0], v) },
-			failed:   func(w *world, v volume) bool { return len(w.attachments(v)) == 0 },
+			exercise: func(w *suite.World, v workload.Volume) { w.CreatePod("app", w.Nodes[0], v.Claim) },
+			failed:   func(w *suite.World, v workload.Volume) bool { return len(attachments(w, v)) == 0 },
 		},
 		{
 			missing:  permission{"", "nodes/status", "patch"},
-			exercise: func(w *world, v volume) { w.createPod("app", w.nodes[0], v) },
-			failed:   func(w *world, v volume) bool { return !w.inNodeStatus(v, w.nodes[0]) },
+			exercise: func(w *suite.World, v workload.Volume) { w.CreatePod("app", w.Nodes[0], v.Claim) },
+			failed:   func(w *suite.World, v workload.Volume) bool { return !w.InNodeStatus(w.Nodes[0], v) },
 		},
 	}
 	for _, c := range cases {
 		t.Run("without "+c.missing.String(), func(t *testing.T) {
 			account := "without-" + c.missing.verb + "-" + strings.ReplaceAll(c.missing.resource, "/", "-")
 			bindAllBut(t, account, rules, c.missing)
-			w := newWorld(t, worldOptions{nodes: 1})
+			w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 1})
 			r := startReplica(t, account, replicaOptions{account: account})
-			v := w.createVolume("data")
+			v := w.CreateVolume("data", workload.VolumeOptions{})
 			c.exercise(w, v)
 			refusal := fmt.Sprintf("cannot %s resource %q", c.missing.verb, c.missing.resource)
 			var line string
-			eventually(t, operationTimeout, "the refusal in the controller's log", func() bool {
+			suite.Eventually(t, operationTimeout, "the refusal in the controller's log", func() bool {
 				lines := r.forbidden()
 				i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, refusal) })
 				if i >= 0 {
@@ -153,7 +156,7 @@ func TestMissingPermissionFails(t *testing.T) {
 			})
 			t.Logf("controller log: %s", line)
 			if !c.failed(w, v) {
-				t.Errorf("the controller was refused %s, yet did its job: %v", c.missing, w.attachments(v))
+				t.Errorf("the controller was refused %s, yet did its job: %v", c.missing, attachments(w, v))
 			}
 		})
 	}

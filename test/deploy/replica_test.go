@@ -2,10 +2,8 @@ package deploy
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,13 +12,16 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 )
 
 // leaderMetric is the gauge that is 1 on the replica that leads.
 const leaderMetric = "attachdetach_controller_leader"
+
+// logTimeout bounds the wait for a line of a replica's log.
+const logTimeout = 10 * time.Second
 
 // replica is one controller process, running with a token of its own for a
 // ServiceAccount of the controller's namespace.
@@ -29,6 +30,7 @@ type replica struct {
 	name string
 	// credential is the ID the audit log gives the requests made with its token.
 	credential string
+	ctrl       *controllerproc.Controller
 	proc       *proc.Process
 }
 
@@ -59,19 +61,28 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	if err := env.WriteKubeconfig(kubeconfig, token); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--kubeconfig=" + kubeconfig, "-v=2"}
-	if o.lease == "" {
-		args = append(args, "--leader-elect=false")
-	} else {
-		args = append(args, "--leader-elect=true", "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
+	var args []string
+	if o.lease != "" {
+		args = append(args, "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
 	args = append(append(args, o.args...), "--bind-address=127.0.0.1:0")
-	p, err := proc.Start("replica "+name, filepath.Join(dir, name+".log"), controllerBin, args...)
+	ctrl, err := controllerproc.New(t.Context(), controllerproc.Options{
+		Binary:      env.Controller,
+		Kubeconfig:  kubeconfig,
+		LogFile:     filepath.Join(dir, name+".log"),
+		LeaderElect: o.lease != "",
+		Verbosity:   2,
+		Args:        args,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{t: t, name: name, credential: credential, proc: p}
+	if err := ctrl.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p := ctrl.Process()
+	r := &replica{t: t, name: name, credential: credential, ctrl: ctrl, proc: p}
 	t.Cleanup(func() {
 		if err := p.Kill(); err != nil {
 			t.Error(err)
@@ -109,22 +120,16 @@ func (r *replica) terminate() {
 	}
 }
 
-func (r *replica) log() string {
-	r.t.Helper()
-	data, err := os.ReadFile(r.proc.LogPath())
-	if err != nil {
-		r.t.Fatalf("reading the log of replica %s: %v", r.name, err)
-	}
-	// klog quotes values and escapes the quotes inside them: unescape them so that
-	// API error messages read as the API server wrote them.
-	return strings.ReplaceAll(string(data), `\"`, `"`)
-}
-
 // forbidden returns the log lines that report a request the API server refused for
 // lack of permission.
 func (r *replica) forbidden() []string {
+	r.t.Helper()
+	log, err := r.ctrl.Log()
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	var lines []string
-	for _, line := range strings.Split(r.log(), "\n") {
+	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "forbidden") {
 			lines = append(lines, line)
 		}
@@ -134,40 +139,22 @@ func (r *replica) forbidden() []string {
 
 // waitLog waits for a log line matching the pattern and returns its first
 // submatch.
-func (r *replica) waitLog(pattern string, timeout time.Duration) string {
+func (r *replica) waitLog(pattern string) string {
 	r.t.Helper()
-	re := regexp.MustCompile(pattern)
-	var m []string
-	eventually(r.t, timeout, fmt.Sprintf("replica %s to log %q", r.name, pattern), func() bool {
-		m = re.FindStringSubmatch(r.log())
-		return m != nil || !r.proc.Running()
-	})
-	if m == nil {
-		r.t.Fatalf("replica %s exited before logging %q", r.name, pattern)
-	}
-	if len(m) < 2 {
-		return ""
-	}
-	return m[1]
-}
-
-// identity is the replica's identity in the leader Lease.
-func (r *replica) identity() string {
-	r.t.Helper()
-	return r.waitLog(`"Waiting to become the leader" .*identity="([^"]+)"`, 10*time.Second)
+	return suite.WaitLog(r.t, r.ctrl, logTimeout, pattern)
 }
 
 // waitStandby waits until the replica has seen the Lease held by another.
 func (r *replica) waitStandby() {
 	r.t.Helper()
-	r.waitLog(`"Another replica leads"`, 10*time.Second)
+	r.waitLog(`"Another replica leads"`)
 }
 
 // get requests a path of the replica's HTTP server and returns the status code and
 // the body.
 func (r *replica) get(path string) (int, []byte) {
 	r.t.Helper()
-	addr := r.waitLog(`"Serving probes and metrics" address="([^"]+)"`, 10*time.Second)
+	addr := r.waitLog(`"Serving probes and metrics" address="([^"]+)"`)
 	ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
@@ -206,18 +193,11 @@ func (r *replica) leaderGauge() float64 {
 
 // leaseHolder returns the holder of the Lease, "" if it has none or does not exist.
 func leaseHolder(t *testing.T, lease string) string {
-	t.Helper()
-	l, err := env.Client.CoordinationV1().Leases(controllerNamespace).Get(context.Background(), lease, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
+	return suite.LeaseHolder(t.Context(), env.Client, controllerNamespace, lease)
 }
 
 // waitLeader waits until the replica holds the Lease and returns when it was seen.
 func waitLeader(t *testing.T, lease string, r *replica, timeout time.Duration) time.Time {
 	t.Helper()
-	id := r.identity()
-	eventually(t, timeout, fmt.Sprintf("replica %s to hold lease %s", r.name, lease), func() bool { return leaseHolder(t, lease) == id })
-	return time.Now()
+	return suite.WaitLeader(t, env.Client, r.ctrl, controllerNamespace, lease, timeout)
 }

@@ -5,21 +5,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster/demo"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 )
 
 // TestDemo plays hack/run.sh's demo to the end, so that it cannot rot.
 func TestDemo(t *testing.T) {
 	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 200 * time.Millisecond})
 	var out strings.Builder
-	err := demo.Run(c.ctx, c.Cluster, &out, demo.Options{Namespace: c.ns, Kubectl: kubectl, StepTimeout: waitTimeout})
+	err := demo.Run(t.Context(), c.local, &out, demo.Options{Namespace: c.Namespace, Kubectl: env.Tool(binaries.Kubectl), StepTimeout: suite.WaitTimeout})
 	t.Logf("demo output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`Multi-Attach error for volume "` + c.ns + `-data" Volume is already used by pod(s) app-1`,
-		"$ kubectl events --for pod/app-2 -n " + c.ns,
+		`Multi-Attach error for volume "` + c.Namespace + `-data" Volume is already used by pod(s) app-1`,
+		"$ kubectl events --for pod/app-2 -n " + c.Namespace,
 		"LAST SEEN",
 		"== Done",
 	} {

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	corev1 "k8s.io/api/core/v1"
 
-	"github.com/attachdetach-controller/attachdetach-controller/test/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // TestPublishFailureIsReportedAndRetried: a driver that fails ControllerPublishVolume
@@ -18,16 +18,16 @@ import (
 func TestPublishFailureIsReportedAndRetried(t *testing.T) {
 	c := newCluster(t, clusterOptions{})
 	node := c.Nodes[0]
-	v := c.createVolume("flaky", corev1.ReadWriteOnce)
-	c.must(c.Driver.SetFault(csidriver.OpPublish, v.Handle, csidriver.Fault{Code: codes.Internal, Message: "disk is busy"}))
-	c.createPod("app", node, v.Claim)
+	v := c.CreateVolume("flaky", workload.VolumeOptions{})
+	c.Must(c.local.Driver.SetFault(csidriver.OpPublish, v.Handle, csidriver.Fault{Code: codes.Internal, Message: "disk is busy"}))
+	c.CreatePod("app", node, v.Claim)
 
 	want := `Warning FailedAttachVolume AttachVolume.Attach failed for volume "` + v.PV + `" : rpc error: code = Internal desc = disk is busy`
-	c.waitEvent("app", "FailedAttachVolume", func(e string) bool { return e == want })
+	c.WaitEvent("app", want)
 
 	const failures = 5
-	c.eventually("failed ControllerPublishVolume calls", func() (bool, error) {
-		return len(c.publishes(v, node, codes.Internal)) >= failures, nil
+	c.Eventually("failed ControllerPublishVolume calls", func() bool {
+		return len(c.publishes(v, node, codes.Internal)) >= failures
 	})
 	// csi-attacher retries the VolumeAttachment with exponential backoff from 100ms
 	// (the first two calls may come close together: csi-attacher's own finalizer
@@ -37,24 +37,22 @@ func TestPublishFailureIsReportedAndRetried(t *testing.T) {
 	if slices.ContainsFunc(iv[1:], func(d time.Duration) bool { return d < 50*time.Millisecond }) || iv[len(iv)-1] < 2*iv[1] {
 		t.Errorf("retries do not back off: intervals %v", iv)
 	}
-	va := c.attachment(v, node)
+	va := c.Attachment(v, node)
 	if va == nil {
 		t.Fatalf("no VolumeAttachment while csi-attacher retries it")
 	}
-	if attached, _, err := c.InNodeStatus(c.ctx, node, v); err != nil || attached {
-		t.Fatalf("volume in node status while the driver fails: attached=%t, err %v", attached, err)
+	if c.InNodeStatus(node, v) {
+		t.Fatalf("volume in node status while the driver fails")
 	}
 
-	c.Driver.ClearFault(csidriver.OpPublish, v.Handle)
-	c.waitAttached(v, node)
-	c.waitPodRunning("app")
-	c.waitEvent("app", "SuccessfulAttachVolume", func(e string) bool {
-		return e == `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+v.PV+`"`
-	})
+	c.local.Driver.ClearFault(csidriver.OpPublish, v.Handle)
+	c.WaitAttached(v, node)
+	c.WaitPodRunning("app")
+	c.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+v.PV+`"`)
 	if n := len(c.publishes(v, node, codes.OK)); n != 1 {
 		t.Errorf("successful ControllerPublishVolume calls = %d, want 1", n)
 	}
-	if now := c.attachment(v, node); now == nil || now.UID != va.UID {
+	if now := c.Attachment(v, node); now == nil || now.UID != va.UID {
 		t.Errorf("the VolumeAttachment was replaced while csi-attacher retried it")
 	}
 }
@@ -65,26 +63,26 @@ func TestSlowDriverStillAttaches(t *testing.T) {
 	const delay = 2 * time.Second
 	c := newCluster(t, clusterOptions{})
 	node := c.Nodes[0]
-	v := c.createVolume("slow", corev1.ReadWriteOnce)
-	c.Driver.SetDelay(delay)
+	v := c.CreateVolume("slow", workload.VolumeOptions{})
+	c.local.Driver.SetDelay(delay)
 
 	began := time.Now()
-	c.createPod("app", node, v.Claim)
-	c.waitAttached(v, node)
+	c.CreatePod("app", node, v.Claim)
+	c.WaitAttached(v, node)
 	if took := time.Since(began); took < delay {
 		t.Errorf("attached after %s, before the driver's delay of %s", took, delay)
 	}
-	c.waitPodRunning("app")
+	c.WaitPodRunning("app")
 	if n := len(c.publishes(v, node, codes.OK)); n != 1 {
 		t.Errorf("successful ControllerPublishVolume calls = %d, want 1", n)
 	}
 
-	c.deletePod("app")
-	c.waitDetached(v, node)
+	c.DeletePod("app")
+	c.WaitDetached(v, node)
 	if n := len(c.unpublishes(v, node, codes.OK)); n != 1 {
 		t.Errorf("successful ControllerUnpublishVolume calls = %d, want 1", n)
 	}
-	for _, e := range c.podEvents("app") {
+	for _, e := range c.PodEvents("app") {
 		if strings.Contains(e, "FailedAttachVolume") {
 			t.Errorf("unexpected event on a pod whose driver is only slow: %s", e)
 		}

@@ -18,26 +18,25 @@ import (
 func TestMultiAttachEventsWithKubectl(t *testing.T) {
 	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 3 * time.Second})
 	a, b, third := c.Nodes[0], c.Nodes[1], c.Nodes[2]
-	v := c.createVolume("data", corev1.ReadWriteOnce)
-	c.createPod("holder", a, v.Claim)
-	c.waitAttached(v, a)
+	v := c.AttachedVolume("data", "holder", a)
 
-	c.createPod("waiter", b, v.Claim)
+	c.CreatePod("waiter", b, v.Claim)
 	usedBy := `Multi-Attach error for volume "` + v.PV + `" Volume is already used by pod(s) holder`
-	c.waitEvent("waiter", "Multi-Attach", func(e string) bool { return e == "Warning FailedAttachVolume "+usedBy })
+	c.WaitEvent("waiter", "Warning FailedAttachVolume "+usedBy)
 	c.expectKubectlEvent("waiter", "Warning", "FailedAttachVolume", usedBy)
 
 	// The holder stops; while its node unmounts, the volume is attached with no pod.
-	c.deletePod("holder")
-	c.eventually("the holder's containers stopped", func() (bool, error) {
-		pod, err := c.Client.CoreV1().Pods(c.ns).Get(c.ctx, "holder", metav1.GetOptions{})
-		return err == nil && pod.DeletionTimestamp != nil && !slices.ContainsFunc(pod.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool {
+	c.DeletePod("holder")
+	c.Eventually("the holder's containers stopped", func() bool {
+		pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(t.Context(), "holder", metav1.GetOptions{})
+		c.Must(err)
+		return pod.DeletionTimestamp != nil && !slices.ContainsFunc(pod.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool {
 			return s.State.Running != nil
-		}), err
+		})
 	})
-	c.createPod("late", third, v.Claim)
+	c.CreatePod("late", third, v.Claim)
 	exclusive := `Multi-Attach error for volume "` + v.PV + `" Volume is already exclusively attached to one node and can't be attached to another`
-	c.waitEvent("late", "Multi-Attach", func(e string) bool { return e == "Warning FailedAttachVolume "+exclusive })
+	c.WaitEvent("late", "Warning FailedAttachVolume "+exclusive)
 	c.expectKubectlEvent("late", "Warning", "FailedAttachVolume", exclusive)
 }
 
@@ -47,11 +46,11 @@ var columns = regexp.MustCompile(`\s{2,}`)
 // expectKubectlEvent runs `kubectl events --for pod/NAME -n NS` and looks for a row
 // with the type, reason and message.
 func (c *cluster) expectKubectlEvent(pod, eventType, reason, message string) {
-	c.t.Helper()
-	out := c.kubectl("events", "--for", "pod/"+pod, "-n", c.ns)
+	c.T.Helper()
+	out := c.kubectl("events", "--for", "pod/"+pod, "-n", c.Namespace)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if header := columns.Split(lines[0], -1); !slices.Equal(header, []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"}) {
-		c.t.Fatalf("kubectl events header %q, want LAST SEEN, TYPE, REASON, OBJECT, MESSAGE:\n%s", header, out)
+		c.T.Fatalf("kubectl events header %q, want LAST SEEN, TYPE, REASON, OBJECT, MESSAGE:\n%s", header, out)
 	}
 	want := []string{eventType, reason, "Pod/" + pod, message}
 	for _, line := range lines[1:] {
@@ -59,5 +58,5 @@ func (c *cluster) expectKubectlEvent(pod, eventType, reason, message string) {
 			return
 		}
 	}
-	c.t.Fatalf("kubectl events --for pod/%s shows no row %q:\n%s", pod, want, out)
+	c.T.Fatalf("kubectl events --for pod/%s shows no row %q:\n%s", pod, want, out)
 }

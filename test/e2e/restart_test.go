@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	corev1 "k8s.io/api/core/v1"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
-	"github.com/attachdetach-controller/attachdetach-controller/test/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // TestControllerKilledMidAttach kills the controller with SIGKILL while csi-attacher
@@ -20,42 +20,41 @@ func TestControllerKilledMidAttach(t *testing.T) {
 	const delay = 3 * time.Second
 	c := newCluster(t, clusterOptions{})
 	node := c.Nodes[0]
-	v := c.createVolume("data", corev1.ReadWriteOnce)
-	c.Driver.SetDelay(delay)
-	c.createPod("app", node, v.Claim)
+	v := c.CreateVolume("data", workload.VolumeOptions{})
+	c.local.Driver.SetDelay(delay)
+	c.CreatePod("app", node, v.Claim)
 
 	// csi-attacher's finalizer on the VolumeAttachment: it has started to attach.
-	c.eventually("csi-attacher working on the VolumeAttachment", func() (bool, error) {
-		va, err := c.Attachment(c.ctx, v, node)
-		return va != nil && slices.Contains(va.Finalizers, sim.AttacherFinalizer(c.DriverName)), err
+	c.Eventually("csi-attacher working on the VolumeAttachment", func() bool {
+		va := c.Attachment(v, node)
+		return va != nil && slices.Contains(va.Finalizers, sim.AttacherFinalizer(c.Driver))
 	})
-	before := c.attachment(v, node)
+	before := c.Attachment(v, node)
 	if before.Status.Attached {
 		t.Fatalf("attached before the kill; the driver's delay is too short")
 	}
-	c.Controller.Kill()
+	c.Must(c.local.Controller.Kill())
 	killed := time.Now()
-	c.must(c.Controller.Start(c.ctx))
+	c.Must(c.local.Controller.Start(t.Context()))
+	c.Must(c.local.Controller.WaitReady(t.Context()))
 	t.Logf("controller ready again %s after the kill", time.Since(killed).Round(time.Millisecond))
-	if va := c.attachment(v, node); va == nil || va.Status.Attached {
+	if va := c.Attachment(v, node); va == nil || va.Status.Attached {
 		t.Errorf("VolumeAttachment %v after the restart, want the same one still attaching", va)
 	}
 
-	c.waitAttached(v, node)
-	c.waitPodRunning("app")
-	after := c.attachment(v, node)
+	c.WaitAttached(v, node)
+	c.WaitPodRunning("app")
+	after := c.Attachment(v, node)
 	if after == nil || after.UID != before.UID {
 		t.Errorf("the VolumeAttachment was replaced across the restart: UID %s, then %v", before.UID, after)
 	}
-	vas, err := c.Attachments(c.ctx)
-	c.must(err)
-	if len(vas) != 1 {
-		t.Errorf("VolumeAttachments %v, want only %s", attachmentNames(vas), before.Name)
+	if vas := c.Attachments(); len(vas) != 1 {
+		t.Errorf("%d VolumeAttachments, want only %s", len(vas), before.Name)
 	}
 	if n := len(c.publishes(v, node, codes.OK)); n != 1 {
 		t.Errorf("successful ControllerPublishVolume calls = %d, want 1", n)
 	}
-	if calls := c.Driver.CallsFor(csidriver.OpUnpublish, v.Handle); len(calls) != 0 {
+	if calls := c.local.Driver.CallsFor(csidriver.OpUnpublish, v.Handle); len(calls) != 0 {
 		t.Errorf("ControllerUnpublishVolume calls %+v across the restart, want none", calls)
 	}
 }

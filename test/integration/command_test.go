@@ -19,7 +19,7 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"--kube-api-qps=-1"}, wantCode: 2, want: "--kube-api-qps must be positive"},
 		{args: []string{"--leader-elect", "--leader-elect-lease-duration=5s"}, wantCode: 2, want: "--leader-elect-lease-duration (5s) must be longer than --leader-elect-renew-deadline (10s)"},
 	} {
-		out, err := exec.Command(controllerPath, tc.args...).CombinedOutput()
+		out, err := exec.Command(env.Controller, tc.args...).CombinedOutput()
 		code := 0
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {

@@ -3,12 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/invariant"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/killproxy"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // TestCrashBetweenEveryPairOfWrites runs the life of two volumes (attached to A,
@@ -24,15 +24,7 @@ func TestCrashBetweenEveryPairOfWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer checker.Stop()
-	proxy, err := killproxy.Start(ctx, killproxy.Options{Upstream: env.AdminConfig()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	kubeconfig := filepath.Join(t.TempDir(), "proxy.kubeconfig")
-	if err := proxy.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	proxy, kubeconfig := startProxy(t, env.Env)
 
 	var writes []killproxy.Write
 	t.Run("no-kill", func(t *testing.T) {
@@ -82,7 +74,7 @@ func lifeOfAVolume(t *testing.T, proxy *killproxy.Proxy, kubeconfig string, kill
 			case <-killed:
 				proxy.Disarm()
 				s.startController()
-			case <-s.ctx.Done():
+			case <-t.Context().Done():
 			}
 		}()
 	} else {
@@ -90,27 +82,27 @@ func lifeOfAVolume(t *testing.T, proxy *killproxy.Proxy, kubeconfig string, kill
 	}
 	s.startController()
 
-	a, b := s.nodes[0], s.nodes[1]
-	one := s.createVolume("one", volumeOptions{})
-	two := s.createVolume("two", volumeOptions{})
-	s.createPod("one-a", a, one.claim)
-	s.createPod("two-a", a, two.claim)
-	s.waitAttached(one, a)
-	s.waitAttached(two, a)
+	a, b := s.Nodes[0], s.Nodes[1]
+	one := s.CreateVolume("one", workload.VolumeOptions{})
+	two := s.CreateVolume("two", workload.VolumeOptions{})
+	s.CreatePod("one-a", a, one.Claim)
+	s.CreatePod("two-a", a, two.Claim)
+	s.WaitAttached(one, a)
+	s.WaitAttached(two, a)
 	// Both move to B at once; then one moves back to A.
-	s.deletePod("one-a")
-	s.deletePod("two-a")
-	s.createPod("one-b", b, one.claim)
-	s.createPod("two-b", b, two.claim)
-	s.waitAttached(one, b)
-	s.waitAttached(two, b)
-	s.deletePod("one-b")
-	s.createPod("one-a-again", a, one.claim)
-	s.waitAttached(one, a)
-	s.deletePod("one-a-again")
-	s.deletePod("two-b")
-	s.waitDetached(one, a)
-	s.waitDetached(two, b)
+	s.DeletePod("one-a")
+	s.DeletePod("two-a")
+	s.CreatePod("one-b", b, one.Claim)
+	s.CreatePod("two-b", b, two.Claim)
+	s.WaitAttached(one, b)
+	s.WaitAttached(two, b)
+	s.DeletePod("one-b")
+	s.CreatePod("one-a-again", a, one.Claim)
+	s.WaitAttached(one, a)
+	s.DeletePod("one-a-again")
+	s.DeletePod("two-b")
+	s.WaitDetached(one, a)
+	s.WaitDetached(two, b)
 
 	writes := proxy.Writes()
 	proxy.Disarm()

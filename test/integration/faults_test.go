@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/killproxy"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 )
 
 var faultSeed = flag.Uint64("fault-seed", 0, "seed of the random faults of TestFaultsOnControllerRequests (0: from the clock)")
@@ -66,12 +67,11 @@ func TestFaultsOnControllerRequests(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("fault seed %d (run again with -args -fault-seed=%d; the order of requests still varies)", seed, seed)
-	startChecker(t, env)
-	proxy, kubeconfig := startProxy(t, env)
-	s := newScenario(t, scenarioOptions{nodes: 3, kubeconfig: kubeconfig})
-	keepLogOnFailure(t, env, "controller", s.ctrl)
+	suite.StartChecker(t, env.Env)
+	proxy, kubeconfig := startProxy(t, env.Env)
+	s := newScenario(t, scenarioOptions{SimOptions: suite.SimOptions{Nodes: 3}, kubeconfig: kubeconfig})
 	f := newFleet(s, 4, 1)
-	f.waitConverged(waitTimeout)
+	f.waitConverged(suite.WaitTimeout)
 
 	proxy.Reset()
 	proxy.SetFaults(controllerFaults(seed))
@@ -85,9 +85,9 @@ func TestFaultsOnControllerRequests(t *testing.T) {
 	writes := proxy.Writes()
 
 	f.move()
-	t.Logf("round %d converged after the faults in %s", f.round, f.waitConverged(waitTimeout).Round(time.Millisecond))
+	t.Logf("round %d converged after the faults in %s", f.round, f.waitConverged(suite.WaitTimeout).Round(time.Millisecond))
 	f.deleteAll()
-	f.waitConverged(waitTimeout)
+	f.waitConverged(suite.WaitTimeout)
 
 	tally := map[string]int{}
 	for _, w := range writes {

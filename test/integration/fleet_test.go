@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/invariant"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/killproxy"
-	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // fleet is a set of volumes whose pods move between the scenario's nodes, round after
@@ -29,8 +27,8 @@ import (
 // one at once, so a single-attach volume's new pod waits for its detach.
 type fleet struct {
 	s     *scenario
-	rwo   []volume
-	rwx   []volume
+	rwo   []workload.Volume
+	rwx   []workload.Volume
 	round int
 	// pods are the pods of the current round, by name.
 	pods map[string]placement
@@ -39,18 +37,18 @@ type fleet struct {
 // placement is a pod's node and volume.
 type placement struct {
 	node string
-	vol  volume
+	vol  workload.Volume
 }
 
 // newFleet creates the volumes and the first round's pods.
 func newFleet(s *scenario, rwo, rwx int) *fleet {
-	s.t.Helper()
+	s.T.Helper()
 	f := &fleet{s: s, pods: map[string]placement{}}
 	for i := range rwo {
-		f.rwo = append(f.rwo, s.createVolume(fmt.Sprintf("rwo-%d", i), volumeOptions{}))
+		f.rwo = append(f.rwo, s.CreateVolume(fmt.Sprintf("rwo-%d", i), workload.VolumeOptions{}))
 	}
 	for i := range rwx {
-		f.rwx = append(f.rwx, s.createVolume(fmt.Sprintf("rwx-%d", i), volumeOptions{modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}}))
+		f.rwx = append(f.rwx, s.CreateVolume(fmt.Sprintf("rwx-%d", i), workload.VolumeOptions{Modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}}))
 	}
 	f.createPods()
 	return f
@@ -60,37 +58,37 @@ func newFleet(s *scenario, rwo, rwx int) *fleet {
 func (f *fleet) createPods() map[string]placement {
 	old := f.pods
 	f.pods = map[string]placement{}
-	n := len(f.s.nodes)
+	n := len(f.s.Nodes)
 	for i, vol := range f.rwo {
-		f.pods[fmt.Sprintf("%s-r%d", vol.claim, f.round)] = placement{node: f.s.nodes[(i+f.round)%n], vol: vol}
+		f.pods[fmt.Sprintf("%s-r%d", vol.Claim, f.round)] = placement{node: f.s.Nodes[(i+f.round)%n], vol: vol}
 	}
 	for i, vol := range f.rwx {
 		for j := range 2 {
-			f.pods[fmt.Sprintf("%s-%d-r%d", vol.claim, j, f.round)] = placement{node: f.s.nodes[(i+j+f.round)%n], vol: vol}
+			f.pods[fmt.Sprintf("%s-%d-r%d", vol.Claim, j, f.round)] = placement{node: f.s.Nodes[(i+j+f.round)%n], vol: vol}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.pods)) {
 		p := f.pods[name]
-		f.s.createPod(name, p.node, p.vol.claim)
+		f.s.CreatePod(name, p.node, p.vol.Claim)
 	}
 	return old
 }
 
 // move starts the next round: new pods on the next nodes, the old ones deleted.
 func (f *fleet) move() {
-	f.s.t.Helper()
+	f.s.T.Helper()
 	f.round++
 	old := f.createPods()
 	for _, name := range slices.Sorted(maps.Keys(old)) {
-		f.s.deletePod(name)
+		f.s.DeletePod(name)
 	}
 }
 
 // deleteAll deletes the current pods: converged, nothing is attached.
 func (f *fleet) deleteAll() {
-	f.s.t.Helper()
+	f.s.T.Helper()
 	for _, name := range slices.Sorted(maps.Keys(f.pods)) {
-		f.s.deletePod(name)
+		f.s.DeletePod(name)
 	}
 	f.pods = map[string]placement{}
 }
@@ -101,15 +99,15 @@ func (f *fleet) deleteAll() {
 func (f *fleet) converged(ctx context.Context) error {
 	wantVA := map[string]bool{}
 	wantStatus := map[string]map[v1.UniqueVolumeName]bool{}
-	for _, n := range f.s.nodes {
+	for _, n := range f.s.Nodes {
 		wantStatus[n] = map[v1.UniqueVolumeName]bool{}
 	}
 	for _, p := range f.pods {
-		wantVA[f.s.vaName(p.vol, p.node)] = false
-		wantStatus[p.node][v1.UniqueVolumeName(p.vol.unique)] = true
+		wantVA[p.vol.AttachmentName(p.node)] = false
+		wantStatus[p.node][v1.UniqueVolumeName(p.vol.UniqueName())] = true
 	}
 	var problems []error
-	for _, va := range f.s.attachments() {
+	for _, va := range f.s.Attachments() {
 		if _, ok := wantVA[va.Name]; !ok {
 			problems = append(problems, fmt.Errorf("VolumeAttachment %s of %s on %s is not wanted", va.Name, ptr.Deref(va.Spec.Source.PersistentVolumeName, "an inline volume"), va.Spec.NodeName))
 			continue
@@ -121,8 +119,8 @@ func (f *fleet) converged(ctx context.Context) error {
 			problems = append(problems, fmt.Errorf("VolumeAttachment %s missing or not attached", name))
 		}
 	}
-	for _, name := range f.s.nodes {
-		node, err := f.s.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	for _, name := range f.s.Nodes {
+		node, err := f.s.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading node %s: %w", name, err)
 		}
@@ -141,34 +139,12 @@ func (f *fleet) converged(ctx context.Context) error {
 // waitConverged waits until the cluster is in the state the current pods call for,
 // and returns how long that took.
 func (f *fleet) waitConverged(timeout time.Duration) time.Duration {
-	f.s.t.Helper()
+	f.s.T.Helper()
 	begin := time.Now()
-	var err error
-	for err = f.converged(f.s.ctx); err != nil; err = f.converged(f.s.ctx) {
-		if time.Since(begin) > timeout {
-			f.s.t.Fatalf("round %d not converged after %s:\n%v", f.round, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return time.Since(begin)
-}
-
-// startChecker starts the invariant checker on a control plane; when the test ends
-// (after the scenario's clean-up, if started before the scenario) it stops it and
-// fails the test with every violation found.
-func startChecker(t *testing.T, e *testenv.Env) *invariant.Checker {
-	t.Helper()
-	checker, err := invariant.Start(context.Background(), e.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		checker.Stop()
-		if violations := checker.Violations(); len(violations) > 0 {
-			t.Errorf("invariants violated:\n%s", strings.Join(violations, "\n"))
-		}
+	suite.EventuallySucceeds(f.s.T, timeout, fmt.Sprintf("round %d to converge", f.round), func() error {
+		return f.converged(f.s.T.Context())
 	})
-	return checker
+	return time.Since(begin)
 }
 
 // startProxy starts a fault proxy in front of a control plane, closed when the test
@@ -211,23 +187,4 @@ func cutWatchesEvery(proxy *killproxy.Proxy, period time.Duration) (stop func() 
 		close(done)
 		return <-cuts
 	}
-}
-
-// keepLogOnFailure copies a process log into the control plane's directory when the
-// test fails, where testenv keeps the logs of failed runs and says so.
-func keepLogOnFailure(t *testing.T, e *testenv.Env, name string, p *proc.Process) {
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		data, err := os.ReadFile(p.LogPath())
-		if err == nil {
-			dest := filepath.Join(e.Dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
-			err = os.WriteFile(dest, data, 0o644)
-			t.Logf("%s log kept in %s", name, dest)
-		}
-		if err != nil {
-			t.Logf("keeping the %s log: %v", name, err)
-		}
-	})
 }

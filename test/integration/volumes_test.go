@@ -13,7 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // TestAttachNotRequired: a CSIDriver with attachRequired: false gets no
@@ -21,34 +22,34 @@ import (
 func TestAttachNotRequired(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	driver := &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: s.driver},
+		ObjectMeta: metav1.ObjectMeta{Name: s.Driver},
 		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)},
 	}
-	_, err := s.client.StorageV1().CSIDrivers().Create(s.ctx, driver, metav1.CreateOptions{})
-	s.must(err)
+	_, err := s.Client.StorageV1().CSIDrivers().Create(t.Context(), driver, metav1.CreateOptions{})
+	s.Must(err)
 	t.Cleanup(func() {
-		_ = s.client.StorageV1().CSIDrivers().Delete(context.Background(), s.driver, metav1.DeleteOptions{})
+		_ = s.Client.StorageV1().CSIDrivers().Delete(context.Background(), s.Driver, metav1.DeleteOptions{})
 	})
-	vol := s.createVolume("data", volumeOptions{})
-	s.createPod("app", s.nodes[0], vol.claim)
-	s.never(2*time.Second, "a VolumeAttachment for a driver that needs no attach", func() bool { return s.vaExists(vol, s.nodes[0]) })
+	vol := s.CreateVolume("data", workload.VolumeOptions{})
+	s.CreatePod("app", s.Nodes[0], vol.Claim)
+	s.Never(2*time.Second, "a VolumeAttachment for a driver that needs no attach", func() bool { return s.HasAttachment(vol, s.Nodes[0]) })
 
-	s.must(s.client.StorageV1().CSIDrivers().Delete(s.ctx, s.driver, metav1.DeleteOptions{}))
-	s.waitAttached(vol, s.nodes[0])
+	s.Must(s.Client.StorageV1().CSIDrivers().Delete(t.Context(), s.Driver, metav1.DeleteOptions{}))
+	s.WaitAttached(vol, s.Nodes[0])
 }
 
 // TestUnmanagedNode: a node without the controller-managed annotation is kubelet's
 // business: nothing is attached there.
 func TestUnmanagedNode(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
-	node := "unmanaged-" + s.ns
-	_, err := s.client.CoreV1().Nodes().Create(s.ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
-	s.must(err)
-	t.Cleanup(func() { _ = s.client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
-	vol := s.createVolume("data", volumeOptions{})
-	s.createPod("app", node, vol.claim)
-	s.never(2*time.Second, "a VolumeAttachment on an unmanaged node", func() bool { return s.vaExists(vol, node) })
-	s.must(s.client.CoreV1().Pods(s.ns).Delete(s.ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	node := "unmanaged-" + s.Namespace
+	_, err := s.Client.CoreV1().Nodes().Create(t.Context(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	s.Must(err)
+	t.Cleanup(func() { _ = s.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	vol := s.CreateVolume("data", workload.VolumeOptions{})
+	s.CreatePod("app", node, vol.Claim)
+	s.Never(2*time.Second, "a VolumeAttachment on an unmanaged node", func() bool { return s.HasAttachment(vol, node) })
+	s.DeletePodNow("app")
 }
 
 // TestGenericEphemeralVolume: the claim <pod>-<volume> owned by the pod is followed
@@ -60,41 +61,40 @@ func TestGenericEphemeralVolume(t *testing.T) {
 		if !owned {
 			podName = "eph-foreign"
 		}
-		pod := s.podSpec(podName, s.nodes[0])
+		pod := s.Pod(podName, s.Nodes[0])
 		pod.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
 			VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: v1.PersistentVolumeClaimSpec{
 				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 				Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
 			}},
 		}}}}
-		created, err := s.client.CoreV1().Pods(s.ns).Create(s.ctx, pod, metav1.CreateOptions{})
-		s.must(err)
+		created, err := s.Client.CoreV1().Pods(s.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
+		s.Must(err)
 		claimName := podName + "-scratch"
 		claim := &v1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: claimName},
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: claimName},
 			Spec: v1.PersistentVolumeClaimSpec{
 				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				VolumeName:  s.ns + "-" + claimName,
+				VolumeName:  s.Namespace + "-" + claimName,
 				Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
 			},
 		}
 		if owned {
 			claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: podName, UID: created.UID, Controller: ptr.To(true)}}
 		}
-		c, err := s.client.CoreV1().PersistentVolumeClaims(s.ns).Create(s.ctx, claim, metav1.CreateOptions{})
-		s.must(err)
+		c, err := s.Client.CoreV1().PersistentVolumeClaims(s.Namespace).Create(t.Context(), claim, metav1.CreateOptions{})
+		s.Must(err)
 		c.Status.Phase = v1.ClaimBound
-		_, err = s.client.CoreV1().PersistentVolumeClaims(s.ns).UpdateStatus(s.ctx, c, metav1.UpdateOptions{})
-		s.must(err)
-		vol := volume{pv: s.ns + "-" + claimName, claim: claimName, handle: s.ns + "-" + claimName}
-		vol.unique = csivolume.NewUniqueName(s.driver, vol.handle)
-		s.createPV(vol, []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, string(c.UID))
+		_, err = s.Client.CoreV1().PersistentVolumeClaims(s.Namespace).UpdateStatus(t.Context(), c, metav1.UpdateOptions{})
+		s.Must(err)
+		vol := s.NewVolume(claimName, workload.VolumeOptions{})
+		s.CreatePV(vol, c.UID)
 		if owned {
-			s.waitAttached(vol, s.nodes[0])
+			s.WaitAttached(vol, s.Nodes[0])
 		} else {
-			s.never(2*time.Second, "a VolumeAttachment for a claim the pod does not own", func() bool { return s.vaExists(vol, s.nodes[0]) })
+			s.Never(2*time.Second, "a VolumeAttachment for a claim the pod does not own", func() bool { return s.HasAttachment(vol, s.Nodes[0]) })
 		}
-		s.must(s.client.CoreV1().Pods(s.ns).Delete(s.ctx, podName, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+		s.DeletePodNow(podName)
 	}
 }
 
@@ -102,52 +102,52 @@ func TestGenericEphemeralVolume(t *testing.T) {
 // claim is not attached.
 func TestClaimRefUIDMismatch(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
-	vol := s.createVolume("data", volumeOptions{claimUID: "00000000-0000-0000-0000-000000000000"})
-	s.createPod("app", s.nodes[0], vol.claim)
-	s.never(2*time.Second, "a VolumeAttachment for a PV bound to another claim", func() bool { return s.vaExists(vol, s.nodes[0]) })
-	s.must(s.client.CoreV1().Pods(s.ns).Delete(s.ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	vol := s.CreateVolume("data", workload.VolumeOptions{ClaimUID: "00000000-0000-0000-0000-000000000000"})
+	s.CreatePod("app", s.Nodes[0], vol.Claim)
+	s.Never(2*time.Second, "a VolumeAttachment for a PV bound to another claim", func() bool { return s.HasAttachment(vol, s.Nodes[0]) })
+	s.DeletePodNow("app")
 }
 
 // TestPVCreatedAfterPod: the PV appears after the claim and its pod exist; the
 // volume is attached at once, not on a periodic pass.
 func TestPVCreatedAfterPod(t *testing.T) {
 	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--disable-attach-detach-reconcile-sync"}})
-	vol := s.createVolume("late", volumeOptions{noPV: true})
-	s.createPod("app", s.nodes[0], vol.claim)
+	vol := s.CreateVolume("late", workload.VolumeOptions{NoPV: true})
+	s.CreatePod("app", s.Nodes[0], vol.Claim)
 	time.Sleep(500 * time.Millisecond)
-	claim, err := s.client.CoreV1().PersistentVolumeClaims(s.ns).Get(s.ctx, vol.claim, metav1.GetOptions{})
-	s.must(err)
-	s.createPV(vol, []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, string(claim.UID))
-	s.eventuallyWithin(5*time.Second, "the volume attached after its PV appeared", func() bool { return s.inNodeStatus(s.nodes[0], vol) })
+	claim, err := s.Client.CoreV1().PersistentVolumeClaims(s.Namespace).Get(t.Context(), vol.Claim, metav1.GetOptions{})
+	s.Must(err)
+	s.CreatePV(vol, claim.UID)
+	suite.Eventually(t, 5*time.Second, "the volume attached after its PV appeared", func() bool { return s.InNodeStatus(s.Nodes[0], vol) })
 }
 
 // TestNodeCreatedAfterPods: pods scheduled to a node that does not exist yet get
 // their volumes once the node appears.
 func TestNodeCreatedAfterPods(t *testing.T) {
 	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--disable-attach-detach-reconcile-sync"}})
-	node := "late-" + s.ns
-	vol := s.createVolume("data", volumeOptions{})
-	s.createPod("app", node, vol.claim)
-	s.never(time.Second, "a VolumeAttachment on a node that does not exist", func() bool { return s.vaExists(vol, node) })
-	_, err := sim.StartKubelet(s.ctx, env.AdminConfig(), sim.KubeletOptions{Nodes: []string{node}, CreateNodes: true, ManagePods: true})
-	s.must(err)
-	s.eventuallyWithin(5*time.Second, "the volume attached to the new node", func() bool { return s.inNodeStatus(node, vol) })
-	s.must(s.client.CoreV1().Pods(s.ns).Delete(s.ctx, "app", metav1.DeleteOptions{}))
-	s.waitDetached(vol, node)
+	node := "late-" + s.Namespace
+	vol := s.CreateVolume("data", workload.VolumeOptions{})
+	s.CreatePod("app", node, vol.Claim)
+	s.Never(time.Second, "a VolumeAttachment on a node that does not exist", func() bool { return s.HasAttachment(vol, node) })
+	_, err := sim.StartKubelet(t.Context(), env.AdminConfig(), sim.KubeletOptions{Nodes: []string{node}, CreateNodes: true, ManagePods: true})
+	s.Must(err)
+	suite.Eventually(t, 5*time.Second, "the volume attached to the new node", func() bool { return s.InNodeStatus(node, vol) })
+	s.DeletePod("app")
+	s.WaitDetached(vol, node)
 }
 
 // TestVolumeHandleWithCaret: a handle containing '^' attaches and, unlike
 // upstream, detaches.
 func TestVolumeHandleWithCaret(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
-	vol := s.createVolume("caret", volumeOptions{handle: "pool^" + s.ns + "^disk"})
-	if !strings.HasSuffix(string(vol.unique), "^pool^"+s.ns+"^disk") {
-		t.Fatalf("unique name %s", vol.unique)
+	vol := s.CreateVolume("caret", workload.VolumeOptions{Handle: "pool^" + s.Namespace + "^disk"})
+	if !strings.HasSuffix(vol.UniqueName(), "^pool^"+s.Namespace+"^disk") {
+		t.Fatalf("unique name %s", vol.UniqueName())
 	}
-	s.createPod("app", s.nodes[0], vol.claim)
-	s.waitAttached(vol, s.nodes[0])
-	s.deletePod("app")
-	s.waitDetached(vol, s.nodes[0])
+	s.CreatePod("app", s.Nodes[0], vol.Claim)
+	s.WaitAttached(vol, s.Nodes[0])
+	s.DeletePod("app")
+	s.WaitDetached(vol, s.Nodes[0])
 }
 
 // TestMigratedInTreeVolumes: an in-tree gcePersistentDisk PV and an inline
@@ -156,65 +156,61 @@ func TestVolumeHandleWithCaret(t *testing.T) {
 func TestMigratedInTreeVolumes(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	const pdDriver = "pd.csi.storage.gke.io"
-	_, err := sim.StartAttacher(s.ctx, env.AdminConfig(), sim.AttacherOptions{Drivers: []string{pdDriver}})
-	s.must(err)
-	node := s.nodes[0]
+	_, err := sim.StartAttacher(t.Context(), env.AdminConfig(), sim.AttacherOptions{Drivers: []string{pdDriver}})
+	s.Must(err)
+	node := s.Nodes[0]
 
 	claim := &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "gce"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "gce"},
 		Spec: v1.PersistentVolumeClaimSpec{
 			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			VolumeName:  s.ns + "-gce",
+			VolumeName:  s.Namespace + "-gce",
 			Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}
-	c, err := s.client.CoreV1().PersistentVolumeClaims(s.ns).Create(s.ctx, claim, metav1.CreateOptions{})
-	s.must(err)
+	c, err := s.Client.CoreV1().PersistentVolumeClaims(s.Namespace).Create(t.Context(), claim, metav1.CreateOptions{})
+	s.Must(err)
 	c.Status.Phase = v1.ClaimBound
-	_, err = s.client.CoreV1().PersistentVolumeClaims(s.ns).UpdateStatus(s.ctx, c, metav1.UpdateOptions{})
-	s.must(err)
+	_, err = s.Client.CoreV1().PersistentVolumeClaims(s.Namespace).UpdateStatus(t.Context(), c, metav1.UpdateOptions{})
+	s.Must(err)
 	pv := &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: s.ns + "-gce"},
+		ObjectMeta: metav1.ObjectMeta{Name: s.Namespace + "-gce"},
 		Spec: v1.PersistentVolumeSpec{
 			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 			Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-			ClaimRef:    &v1.ObjectReference{Namespace: s.ns, Name: "gce", UID: c.UID},
+			ClaimRef:    &v1.ObjectReference{Namespace: s.Namespace, Name: "gce", UID: c.UID},
 			PersistentVolumeSource: v1.PersistentVolumeSource{
-				GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: s.ns + "-disk"},
+				GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: s.Namespace + "-disk"},
 			},
 		},
 	}
-	_, err = s.client.CoreV1().PersistentVolumes().Create(s.ctx, pv, metav1.CreateOptions{})
-	s.must(err)
-	pod := s.podSpec("gce-app", node)
+	_, err = s.Client.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{})
+	s.Must(err)
+	pod := s.Pod("gce-app", node)
 	pod.Spec.Volumes = []v1.Volume{
 		{Name: "pv", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "gce"}}},
-		{Name: "inline", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: s.ns + "-inline"}}},
+		{Name: "inline", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: s.Namespace + "-inline"}}},
 	}
-	s.createPodObject(pod)
+	s.CreatePodObject(pod)
 
-	pvHandle := "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/" + s.ns + "-disk"
-	inlineHandle := "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/" + s.ns + "-inline"
-	pvVol := volume{pv: pv.Name, handle: pvHandle, unique: csivolume.NewUniqueName(pdDriver, pvHandle)}
-	inlineVol := volume{handle: inlineHandle, unique: csivolume.NewUniqueName(pdDriver, inlineHandle)}
-	s.eventually("both in-tree volumes in node status", func() bool {
-		return s.inNodeStatus(node, pvVol) && s.inNodeStatus(node, inlineVol)
+	pvHandle := "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/" + s.Namespace + "-disk"
+	inlineHandle := "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/" + s.Namespace + "-inline"
+	pvVol := workload.Volume{PV: pv.Name, Driver: pdDriver, Handle: pvHandle}
+	inlineVol := workload.Volume{Driver: pdDriver, Handle: inlineHandle}
+	s.Eventually("both in-tree volumes in node status", func() bool {
+		return s.InNodeStatus(node, pvVol) && s.InNodeStatus(node, inlineVol)
 	})
-	pvVA, err := s.client.StorageV1().VolumeAttachments().Get(s.ctx, csivolume.AttachmentName(pvHandle, pdDriver, node), metav1.GetOptions{})
-	s.must(err)
+	pvVA := s.Attachment(pvVol, node)
 	if pvVA.Spec.Attacher != pdDriver || pvVA.Spec.Source.PersistentVolumeName == nil || *pvVA.Spec.Source.PersistentVolumeName != pv.Name {
 		t.Fatalf("VolumeAttachment of the migrated PV: %+v", pvVA.Spec)
 	}
-	inlineVA, err := s.client.StorageV1().VolumeAttachments().Get(s.ctx, csivolume.AttachmentName(inlineHandle, pdDriver, node), metav1.GetOptions{})
-	s.must(err)
+	inlineVA := s.Attachment(inlineVol, node)
 	spec := inlineVA.Spec.Source.InlineVolumeSpec
 	if spec == nil || spec.CSI == nil || spec.CSI.Driver != pdDriver || spec.CSI.VolumeHandle != inlineHandle || inlineVA.Spec.Source.PersistentVolumeName != nil {
 		t.Fatalf("VolumeAttachment of the inline volume: %+v", inlineVA.Spec.Source)
 	}
-	s.must(s.client.CoreV1().Pods(s.ns).Delete(s.ctx, "gce-app", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
-	s.eventually("the in-tree volumes detached", func() bool {
-		_, err1 := s.client.StorageV1().VolumeAttachments().Get(context.Background(), pvVA.Name, metav1.GetOptions{})
-		_, err2 := s.client.StorageV1().VolumeAttachments().Get(context.Background(), inlineVA.Name, metav1.GetOptions{})
-		return err1 != nil && err2 != nil
+	s.DeletePodNow("gce-app")
+	s.Eventually("the in-tree volumes detached", func() bool {
+		return !s.HasAttachment(pvVol, node) && !s.HasAttachment(inlineVol, node)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/killproxy"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
@@ -80,14 +81,13 @@ func (c *listCounter) String() string {
 // converges.
 func TestWatchExpiry(t *testing.T) {
 	e := testenv.StartForTest(t, testenv.Options{APIServerFlags: expiryAPIServerFlags})
-	startChecker(t, e)
+	suite.StartChecker(t, e)
 	proxy, kubeconfig := startProxy(t, e)
 	lists := &listCounter{lists: map[string]int{}}
 	proxy.SetFaults(lists.rule)
-	s := newScenario(t, scenarioOptions{nodes: 3, kubeconfig: kubeconfig, env: e})
-	keepLogOnFailure(t, e, "controller", s.ctrl)
+	s := newScenario(t, scenarioOptions{SimOptions: suite.SimOptions{Nodes: 3}, kubeconfig: kubeconfig, env: e})
 	f := newFleet(s, 3, 1)
-	f.waitConverged(waitTimeout)
+	f.waitConverged(suite.WaitTimeout)
 	initial := lists.String()
 
 	blind := func(r *http.Request) killproxy.Fault {
@@ -104,12 +104,12 @@ func TestWatchExpiry(t *testing.T) {
 		f.move()
 		time.Sleep(watchHold)
 		proxy.SetFaults(lists.rule)
-		t.Logf("round %d converged %s after the informers could see again", f.round, f.waitConverged(waitTimeout).Round(time.Millisecond))
+		t.Logf("round %d converged %s after the informers could see again", f.round, f.waitConverged(suite.WaitTimeout).Round(time.Millisecond))
 	}
 	f.deleteAll()
-	f.waitConverged(waitTimeout)
+	f.waitConverged(suite.WaitTimeout)
 
-	log, err := os.ReadFile(s.ctrl.LogPath())
+	log, err := os.ReadFile(s.ctrl.LogFile())
 	if err != nil {
 		t.Fatalf("reading the controller log: %v", err)
 	}

@@ -7,24 +7,22 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/kubectl"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 // Defaults of Options.
@@ -35,6 +33,9 @@ const (
 
 // pollInterval is how often a step looks at the API server and the driver.
 const pollInterval = 20 * time.Millisecond
+
+// failedAttachEvent starts a FailedAttachVolume event as workload.PodEvents has it.
+const failedAttachEvent = "Warning FailedAttachVolume "
 
 // Options configures the demo.
 type Options struct {
@@ -54,7 +55,9 @@ const (
 )
 
 type demo struct {
-	c     *localcluster.Cluster
+	c *localcluster.Cluster
+	// w makes the demo's volumes and pods.
+	w     *workload.Workload
 	out   io.Writer
 	opts  Options
 	began time.Time
@@ -75,7 +78,13 @@ func Run(ctx context.Context, c *localcluster.Cluster, out io.Writer, opts Optio
 	if len(c.Nodes) < 2 {
 		return fmt.Errorf("demo: needs at least two nodes, the cluster has %d", len(c.Nodes))
 	}
-	d := &demo{c: c, out: out, opts: opts, began: time.Now()}
+	d := &demo{
+		c:     c,
+		w:     &workload.Workload{Client: c.Client, Namespace: opts.Namespace, Driver: c.DriverName},
+		out:   out,
+		opts:  opts,
+		began: time.Now(),
+	}
 	s, err := d.setScene(ctx)
 	if err != nil {
 		return err
@@ -91,7 +100,7 @@ func Run(ctx context.Context, c *localcluster.Cluster, out io.Writer, opts Optio
 
 // scene is what the demo plays with.
 type scene struct {
-	rwo, rwx localcluster.Volume
+	rwo, rwx workload.Volume
 	// first and second are the nodes the ReadWriteOnce volume moves between.
 	first, second string
 }
@@ -103,16 +112,16 @@ func (d *demo) setScene(ctx context.Context) (scene, error) {
 	for _, node := range c.Nodes {
 		d.say("node %s: Ready, %s=true, CSINode maps it to driver node ID %s", node, sim.ControllerManagedAnnotation, c.NodeID(node))
 	}
-	if err := c.CreateNamespace(ctx, ns); err != nil {
+	if err := d.w.CreateNamespace(ctx); err != nil {
 		return scene{}, err
 	}
 	s := scene{first: c.Nodes[0], second: c.Nodes[1]}
 	var err error
-	if s.rwo, err = c.CreateVolume(ctx, ns, ClaimRWO, corev1.ReadWriteOnce); err != nil {
+	if s.rwo, err = d.w.CreateVolume(ctx, ClaimRWO, workload.VolumeOptions{}); err != nil {
 		return s, err
 	}
 	d.say("claim %s/%s bound to PersistentVolume %s: ReadWriteOnce, volume handle %s", ns, ClaimRWO, s.rwo.PV, s.rwo.Handle)
-	if s.rwx, err = c.CreateVolume(ctx, ns, ClaimRWX, corev1.ReadWriteMany); err != nil {
+	if s.rwx, err = d.w.CreateVolume(ctx, ClaimRWX, workload.VolumeOptions{Modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}); err != nil {
 		return s, err
 	}
 	d.say("claim %s/%s bound to PersistentVolume %s: ReadWriteMany, volume handle %s", ns, ClaimRWX, s.rwx.PV, s.rwx.Handle)
@@ -122,7 +131,7 @@ func (d *demo) setScene(ctx context.Context) (scene, error) {
 // attach follows the ReadWriteOnce volume of a new pod until the pod runs.
 func (d *demo) attach(ctx context.Context, s scene) error {
 	d.section("1. A pod with a ReadWriteOnce volume")
-	if err := d.c.CreatePod(ctx, d.opts.Namespace, "app-1", s.first, ClaimRWO); err != nil {
+	if err := d.w.CreatePod(ctx, d.w.Pod("app-1", s.first, ClaimRWO)); err != nil {
 		return err
 	}
 	d.say("pod app-1 created, scheduled to %s, using claim %s", s.first, ClaimRWO)
@@ -130,8 +139,8 @@ func (d *demo) attach(ctx context.Context, s scene) error {
 }
 
 // followAttach tells the steps of attaching v to node for pod.
-func (d *demo) followAttach(ctx context.Context, pod string, v localcluster.Volume, node string) error {
-	name := shortName(d.c.AttachmentName(v, node))
+func (d *demo) followAttach(ctx context.Context, pod string, v workload.Volume, node string) error {
+	name := shortName(v.AttachmentName(node))
 	steps := []struct {
 		what string
 		cond func(context.Context) (bool, error)
@@ -139,7 +148,7 @@ func (d *demo) followAttach(ctx context.Context, pod string, v localcluster.Volu
 		{fmt.Sprintf("the controller created VolumeAttachment %s (%s on %s)", name, v.PV, node), d.attachmentExists(v, node)},
 		{fmt.Sprintf("csi-attacher called ControllerPublishVolume(%s, %s): the driver published it", v.Handle, d.c.NodeID(node)), d.published(v, node)},
 		{fmt.Sprintf("csi-attacher set status.attached=true on VolumeAttachment %s", name), d.attachmentAttached(v, node)},
-		{fmt.Sprintf("the controller added %s to %s's status.volumesAttached", v.Unique, node), d.nodeAttached(v, node, true)},
+		{fmt.Sprintf("the controller added %s to %s's status.volumesAttached", v.UniqueName(), node), d.nodeAttached(v, node, true)},
 		{fmt.Sprintf("the kubelet stand-in saw it attached: pod %s is Running", pod), d.podRunning(pod)},
 	}
 	for _, step := range steps {
@@ -153,7 +162,7 @@ func (d *demo) followAttach(ctx context.Context, pod string, v localcluster.Volu
 // refuse puts a second pod on the ReadWriteOnce claim on another node.
 func (d *demo) refuse(ctx context.Context, s scene) error {
 	d.section("2. The same ReadWriteOnce claim on another node")
-	if err := d.c.CreatePod(ctx, d.opts.Namespace, "app-2", s.second, ClaimRWO); err != nil {
+	if err := d.w.CreatePod(ctx, d.w.Pod("app-2", s.second, ClaimRWO)); err != nil {
 		return err
 	}
 	d.say("pod app-2 created, scheduled to %s, using claim %s", s.second, ClaimRWO)
@@ -170,7 +179,7 @@ func (d *demo) refuse(ctx context.Context, s scene) error {
 	if err := d.kubectl(ctx, "events", "--for", "pod/app-2", "-n", d.opts.Namespace); err != nil {
 		return err
 	}
-	va, err := d.c.Attachment(ctx, s.rwo, s.second)
+	va, err := d.w.Attachment(ctx, s.rwo, s.second)
 	if err != nil {
 		return err
 	}
@@ -184,11 +193,11 @@ func (d *demo) refuse(ctx context.Context, s scene) error {
 // move deletes the first pod and follows the volume to the second node.
 func (d *demo) move(ctx context.Context, s scene) error {
 	d.section("3. The first pod goes away, the volume moves")
-	if err := d.c.DeletePod(ctx, d.opts.Namespace, "app-1"); err != nil {
+	if err := d.w.DeletePod(ctx, "app-1"); err != nil {
 		return err
 	}
 	d.say("pod app-1 deleted")
-	name := shortName(d.c.AttachmentName(s.rwo, s.first))
+	name := shortName(s.rwo.AttachmentName(s.first))
 	finalizer := sim.AttacherFinalizer(d.c.DriverName)
 	steps := []struct {
 		what string
@@ -219,7 +228,7 @@ func (d *demo) share(ctx context.Context, s scene) error {
 	d.section("4. A ReadWriteMany volume on every node at once")
 	for i, node := range d.c.Nodes {
 		pod := fmt.Sprintf("reader-%d", i+1)
-		if err := d.c.CreatePod(ctx, d.opts.Namespace, pod, node, ClaimRWX); err != nil {
+		if err := d.w.CreatePod(ctx, d.w.Pod(pod, node, ClaimRWX)); err != nil {
 			return err
 		}
 		d.say("pod %s created, scheduled to %s, using claim %s", pod, node, ClaimRWX)
@@ -241,7 +250,7 @@ func (d *demo) detachAll(ctx context.Context, _ scene) error {
 		return fmt.Errorf("listing the demo's pods: %w", err)
 	}
 	for _, pod := range pods.Items {
-		if err := d.c.DeletePod(ctx, pod.Namespace, pod.Name); err != nil {
+		if err := d.w.DeletePod(ctx, pod.Name); err != nil {
 			return err
 		}
 	}
@@ -251,7 +260,7 @@ func (d *demo) detachAll(ctx context.Context, _ scene) error {
 		cond func(context.Context) (bool, error)
 	}{
 		{"every VolumeAttachment of the driver is gone", func(ctx context.Context) (bool, error) {
-			vas, err := d.c.Attachments(ctx)
+			vas, err := d.w.Attachments(ctx)
 			return len(vas) == 0, err
 		}},
 		{"the driver has nothing published", func(context.Context) (bool, error) { return len(d.c.Driver.Published()) == 0, nil }},
@@ -265,52 +274,52 @@ func (d *demo) detachAll(ctx context.Context, _ scene) error {
 	return nil
 }
 
-func (d *demo) attachmentExists(v localcluster.Volume, node string) func(context.Context) (bool, error) {
+func (d *demo) attachmentExists(v workload.Volume, node string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		va, err := d.c.Attachment(ctx, v, node)
+		va, err := d.w.Attachment(ctx, v, node)
 		return va != nil, err
 	}
 }
 
-func (d *demo) attachmentAttached(v localcluster.Volume, node string) func(context.Context) (bool, error) {
+func (d *demo) attachmentAttached(v workload.Volume, node string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		va, err := d.c.Attachment(ctx, v, node)
+		va, err := d.w.Attachment(ctx, v, node)
 		return va != nil && va.Status.Attached, err
 	}
 }
 
 // attachmentDeleted holds once the VolumeAttachment is being deleted, or gone.
-func (d *demo) attachmentDeleted(v localcluster.Volume, node string) func(context.Context) (bool, error) {
+func (d *demo) attachmentDeleted(v workload.Volume, node string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		va, err := d.c.Attachment(ctx, v, node)
+		va, err := d.w.Attachment(ctx, v, node)
 		return err == nil && (va == nil || va.DeletionTimestamp != nil), err
 	}
 }
 
-func (d *demo) attachmentGone(v localcluster.Volume, node string) func(context.Context) (bool, error) {
+func (d *demo) attachmentGone(v workload.Volume, node string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		va, err := d.c.Attachment(ctx, v, node)
+		va, err := d.w.Attachment(ctx, v, node)
 		return err == nil && va == nil, err
 	}
 }
 
 // published holds once the driver has v published on node.
-func (d *demo) published(v localcluster.Volume, node string) func(context.Context) (bool, error) {
+func (d *demo) published(v workload.Volume, node string) func(context.Context) (bool, error) {
 	return func(context.Context) (bool, error) {
 		return slices.Contains(d.c.Driver.PublishedNodes(v.Handle), d.c.NodeID(node)), nil
 	}
 }
 
-func (d *demo) nodeAttached(v localcluster.Volume, node string, want bool) func(context.Context) (bool, error) {
+func (d *demo) nodeAttached(v workload.Volume, node string, want bool) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		attached, _, err := d.c.InNodeStatus(ctx, node, v)
+		attached, _, err := d.w.InNodeStatus(ctx, node, v)
 		return err == nil && attached == want, err
 	}
 }
 
-func (d *demo) nodeInUse(v localcluster.Volume, node string, want bool) func(context.Context) (bool, error) {
+func (d *demo) nodeInUse(v workload.Volume, node string, want bool) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		_, inUse, err := d.c.InNodeStatus(ctx, node, v)
+		_, inUse, err := d.w.InNodeStatus(ctx, node, v)
 		return err == nil && inUse == want, err
 	}
 }
@@ -338,26 +347,24 @@ func (d *demo) podRunning(name string) func(context.Context) (bool, error) {
 // failedAttachEvent returns the message of a FailedAttachVolume event on the pod, ""
 // if there is none yet.
 func (d *demo) failedAttachEvent(ctx context.Context, pod string) (string, error) {
-	selector := fields.Set{"involvedObject.name": pod, "reason": "FailedAttachVolume"}.AsSelector().String()
-	events, err := d.c.Client.CoreV1().Events(d.opts.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
-	if err != nil || len(events.Items) == 0 {
-		return "", err
+	events, err := d.w.PodEvents(ctx, pod)
+	for _, e := range events {
+		if message, ok := strings.CutPrefix(e, failedAttachEvent); ok {
+			return message, nil
+		}
 	}
-	return events.Items[0].Message, nil
+	return "", err
 }
 
 // kubectl runs kubectl with the cluster's admin kubeconfig and shows the command and
 // its output.
 func (d *demo) kubectl(ctx context.Context, args ...string) error {
 	d.say("$ kubectl %s", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, d.opts.Kubectl, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.c.Kubeconfig)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	stdout, _, err := kubectl.Kubectl{Binary: d.opts.Kubectl, Kubeconfig: d.c.Kubeconfig}.Run(ctx, "", args...)
+	if err != nil {
+		return err
 	}
-	for line := range strings.Lines(stdout.String()) {
+	for line := range strings.Lines(stdout) {
 		fmt.Fprintf(d.out, "            %s", line)
 	}
 	return nil

@@ -2,8 +2,6 @@ package externalattacher_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,13 +17,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/externalattacher"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
-	"github.com/attachdetach-controller/attachdetach-controller/test/csidriver"
-	"github.com/attachdetach-controller/attachdetach-controller/test/externalattacher"
 )
 
 const (
@@ -35,7 +34,6 @@ const (
 	finalizer = "external-attacher/hostless-csi-test-example-com"
 	// serviceAccount is who csi-attacher runs as, with only the upstream RBAC rules.
 	serviceAccount = "csi-attacher"
-	waitTimeout    = 30 * time.Second
 )
 
 // harness is a control plane with the test driver and csi-attacher running against it.
@@ -119,7 +117,7 @@ func (h *harness) createNode(t *testing.T, name string) {
 	t.Helper()
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        name,
-		Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+		Annotations: map[string]string{sim.ControllerManagedAnnotation: "true"},
 	}}
 	if _, err := h.client.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -146,17 +144,10 @@ func (h *harness) createPV(t *testing.T, name, volumeHandle string, modes ...v1.
 	}
 }
 
-// attachmentName is the name kube-controller-manager and kubelet give the
-// VolumeAttachment of a CSI volume on a node.
-func attachmentName(volumeHandle, node string) string {
-	sum := sha256.Sum256([]byte(volumeHandle + driverName + node))
-	return "csi-" + hex.EncodeToString(sum[:])
-}
-
 func (h *harness) createVA(t *testing.T, pvName, volumeHandle, node string) string {
 	t.Helper()
 	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: attachmentName(volumeHandle, node)},
+		ObjectMeta: metav1.ObjectMeta{Name: sim.AttachmentName(driverName, volumeHandle, node)},
 		Spec: storagev1.VolumeAttachmentSpec{
 			Attacher: driverName,
 			NodeName: node,
@@ -169,21 +160,24 @@ func (h *harness) createVA(t *testing.T, pvName, volumeHandle, node string) stri
 	return va.Name
 }
 
-// waitVA polls the VolumeAttachment until cond holds, failing the test on timeout.
+// waitVA polls the VolumeAttachment until cond holds, failing the test on timeout
+// with what it last saw.
 func (h *harness) waitVA(t *testing.T, name, what string, cond func(*storagev1.VolumeAttachment) bool) *storagev1.VolumeAttachment {
 	t.Helper()
 	var last *storagev1.VolumeAttachment
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		va, err := h.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	t.Cleanup(func() {
+		if t.Failed() && last != nil {
+			t.Logf("VolumeAttachment %s last seen with finalizers %v, status %+v", name, last.Finalizers, last.Status)
+		}
+	})
+	suite.Eventually(t, suite.WaitTimeout, fmt.Sprintf("VolumeAttachment %s: %s", name, what), func() bool {
+		va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			t.Fatal(err)
 		}
 		last = va
-		return cond(va), nil
+		return cond(va)
 	})
-	if err != nil {
-		t.Fatalf("waiting for VolumeAttachment %s: %s: %v\nlast seen: finalizers %v, status %+v", name, what, err, last.Finalizers, last.Status)
-	}
 	return last
 }
 
@@ -199,16 +193,13 @@ func (h *harness) deleteVA(t *testing.T, name string) {
 
 func (h *harness) waitGone(t *testing.T, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		_, err := h.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
+	suite.Eventually(t, suite.WaitTimeout, fmt.Sprintf("VolumeAttachment %s to go away", name), func() bool {
+		_, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
 		}
-		return false, err
+		return apierrors.IsNotFound(err)
 	})
-	if err != nil {
-		t.Fatalf("waiting for VolumeAttachment %s to go away: %v", name, err)
-	}
 }
 
 func attached(va *storagev1.VolumeAttachment) bool { return va.Status.Attached }

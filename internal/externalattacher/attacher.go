@@ -1,5 +1,5 @@
 // Package externalattacher runs the upstream CSI external-attacher (csi-attacher, as
-// built by hack/build-tools.sh) as a subprocess against a kubeconfig and a CSI
+// built by hack/build-tools.sh) as a child process against a kubeconfig and a CSI
 // driver's unix socket, and prepares the API objects and permissions it needs.
 //
 // csi-attacher watches the VolumeAttachments whose spec.attacher is the name its
@@ -14,6 +14,7 @@
 package externalattacher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,8 +23,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
-	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
 
 // readyLine is what csi-attacher v4.13.0 logs once it has connected to the driver,
@@ -36,8 +37,8 @@ const stopGracePeriod = 5 * time.Second
 // Options configures a csi-attacher process. Zero durations and counts leave
 // csi-attacher's own defaults in place.
 type Options struct {
-	// Binary is the csi-attacher executable; by default the one hack/build-tools.sh
-	// builds (building it on first use).
+	// Binary is the csi-attacher executable; by default the pinned one (see
+	// binaries.Tool), built on first use.
 	Binary string
 	// Kubeconfig is the path of the kubeconfig csi-attacher uses. Required.
 	Kubeconfig string
@@ -66,15 +67,11 @@ type Options struct {
 // Args returns csi-attacher's command line for opts, without the binary. Leader
 // election stays off: one csi-attacher per driver.
 func (opts Options) Args() []string {
-	verbosity := opts.Verbosity
-	if verbosity == 0 {
-		verbosity = 4
-	}
 	args := []string{
 		"--kubeconfig=" + opts.Kubeconfig,
 		"--csi-address=" + opts.CSIAddress,
 		"--leader-election=false",
-		"--v=" + strconv.Itoa(verbosity),
+		"--v=" + strconv.Itoa(cmp.Or(opts.Verbosity, 4)),
 	}
 	durations := []struct {
 		flag  string
@@ -118,7 +115,7 @@ func Start(ctx context.Context, opts Options) (*Attacher, error) {
 	binary := opts.Binary
 	if binary == "" {
 		var err error
-		if binary, err = testenv.Tool(ctx, "csi-attacher"); err != nil {
+		if binary, err = binaries.Tool(ctx, binaries.CSIAttacher); err != nil {
 			return nil, fmt.Errorf("start csi-attacher: %w", err)
 		}
 	}

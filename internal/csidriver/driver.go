@@ -27,29 +27,29 @@ const (
 
 // Fault makes calls of one operation on one volume fail with a gRPC status.
 type Fault struct {
-	Code    codes.Code `json:"code"`
-	Message string     `json:"message"`
+	Code    codes.Code
+	Message string
 	// Count is how many calls fail before the fault clears itself; 0 means until cleared.
-	Count int `json:"count,omitempty"`
+	Count int
 }
 
 // Call is one recorded ControllerPublishVolume or ControllerUnpublishVolume call.
 type Call struct {
-	Operation Operation  `json:"operation"`
-	VolumeID  string     `json:"volumeID"`
-	NodeID    string     `json:"nodeID"`
-	Code      codes.Code `json:"code"`
-	Time      time.Time  `json:"time"`
+	Operation Operation
+	VolumeID  string
+	NodeID    string
+	Code      codes.Code
+	Time      time.Time
 }
 
 // Conflict is a ControllerPublishVolume refused because the volume, not published with
 // a multi-node access mode, was already published on other nodes. A controller that
 // respects single-attach volumes never causes one.
 type Conflict struct {
-	VolumeID    string    `json:"volumeID"`
-	NodeID      string    `json:"nodeID"`
-	PublishedOn []string  `json:"publishedOn"`
-	Time        time.Time `json:"time"`
+	VolumeID    string
+	NodeID      string
+	PublishedOn []string
+	Time        time.Time
 }
 
 type faultKey struct {
