@@ -16,7 +16,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 )
 
 // ClaimIndex is the name of the pod informer index by "namespace/claim" of every
@@ -108,27 +108,7 @@ func (p *Populator) ShutDown() { p.queue.ShutDown() }
 
 // Run re-evaluates queued pods with the given number of workers until ctx ends.
 func (p *Populator) Run(ctx context.Context, workers int) {
-	defer p.queue.ShutDown()
-	for range workers {
-		go wait.UntilWithContext(ctx, p.work, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (p *Populator) work(ctx context.Context) {
-	for {
-		key, shutdown := p.queue.Get()
-		if shutdown {
-			return
-		}
-		if err := p.SyncPod(ctx, key); err != nil {
-			klog.FromContext(ctx).Error(err, "Re-evaluating a pod failed, will retry", "pod", key)
-			p.queue.AddRateLimited(key)
-		} else {
-			p.queue.Forget(key)
-		}
-		p.queue.Done(key)
-	}
+	keyworkers.Run(ctx, p.queue, workers, "pod", p.SyncPod)
 }
 
 // Drain re-evaluates, now, every pod queued so far: at start-up, before the first

@@ -19,8 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 )
 
@@ -113,30 +112,12 @@ func (u *Updater) ShutDown() { u.queue.ShutDown() }
 
 // Run writes queued nodes with the given number of workers until ctx ends.
 func (u *Updater) Run(ctx context.Context, workers int) {
-	defer u.queue.ShutDown()
-	for range workers {
-		go wait.UntilWithContext(ctx, u.work, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (u *Updater) work(ctx context.Context) {
-	for {
-		node, shutdown := u.queue.Get()
-		if shutdown {
-			return
-		}
+	keyworkers.Run(ctx, u.queue, workers, "node", func(ctx context.Context, node string) error {
 		u.mu.Lock()
 		delete(u.scheduled, node)
 		u.mu.Unlock()
-		if err := u.Sync(ctx, node); err != nil {
-			utilruntime.HandleErrorWithContext(ctx, err, "Writing node status failed, will retry", "node", node)
-			u.queue.AddRateLimited(node)
-		} else {
-			u.queue.Forget(node)
-		}
-		u.queue.Done(node)
-	}
+		return u.Sync(ctx, node)
+	})
 }
 
 // Forget drops what is remembered of a deleted node.
