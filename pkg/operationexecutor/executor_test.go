@@ -24,6 +24,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
@@ -300,17 +301,7 @@ func (h *execHarness) waitWaiting(t *testing.T, name string) {
 	t.Fatalf("operation never waited for VolumeAttachment %s", name)
 }
 
-func (h *execHarness) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-h.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (h *execHarness) events() []string { return fakeevents.Drain(h.recorder) }
 
 func (h *execHarness) backingOff(vol csivolume.UniqueName, node string) bool {
 	h.exec.locks.mu.Lock()

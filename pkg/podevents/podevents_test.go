@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
@@ -83,18 +84,6 @@ func TestReasons(t *testing.T) {
 	}
 }
 
-func drain(ch chan string) []string {
-	var out []string
-	for {
-		select {
-		case e := <-ch:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
-
 func TestEmitterSendsToEachPod(t *testing.T) {
 	pods := []cache.PodRef{{Namespace: "a", Name: "p1", UID: "u1"}, {Namespace: "b", Name: "p2", UID: "u2"}}
 	tests := []struct {
@@ -128,7 +117,7 @@ func TestEmitterSendsToEachPod(t *testing.T) {
 			recorder := record.NewFakeRecorder(10)
 			recorder.IncludeObject = true
 			tc.emit(NewEmitter(recorder))
-			got := drain(recorder.Events)
+			got := fakeevents.Drain(recorder)
 			if len(got) != len(tc.want) {
 				t.Fatalf("events = %q, want %q", got, tc.want)
 			}

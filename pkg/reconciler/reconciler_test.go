@@ -21,6 +21,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
@@ -250,17 +251,7 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 
 func (h *harness) sync(vol cache.Volume) time.Duration { return h.r.Sync(h.ctx, vol.Name) }
 
-func (h *harness) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-h.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (h *harness) events() []string { return fakeevents.Drain(h.recorder) }
 
 // waitIdle waits until every operation started has ended. (Executor.Wait is
 // for shutdown: no operation starts after it.)
