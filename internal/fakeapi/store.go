@@ -1,9 +1,11 @@
 package fakeapi
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,19 +174,7 @@ func (r reader) List(resource string) []runtime.Object {
 		}
 	}
 	slices.SortFunc(refs, func(a, b Ref) int {
-		if a.Namespace != b.Namespace {
-			if a.Namespace < b.Namespace {
-				return -1
-			}
-			return 1
-		}
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	out := make([]runtime.Object, len(refs))
 	for i, ref := range refs {

@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
@@ -171,19 +173,7 @@ func (d *DesiredState) Volume(name csivolume.UniqueName) (DesiredVolume, bool) {
 			pods = append(pods, p)
 		}
 		slices.SortFunc(pods, func(a, b PodRef) int {
-			if a.Namespace != b.Namespace {
-				if a.Namespace < b.Namespace {
-					return -1
-				}
-				return 1
-			}
-			if a.Name < b.Name {
-				return -1
-			}
-			if a.Name > b.Name {
-				return 1
-			}
-			return 0
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 		})
 		out.Nodes[node] = pods
 	}
