@@ -21,9 +21,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -165,7 +168,10 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Metrics:    m,
 		Timeout:    opts.OperationTimeout,
 		Wanted:     c.desired.IsDesired,
-		Done:       func(v csivolume.UniqueName) { c.reconciler.Enqueue(v) },
+		NeededOnNode: func(ctx context.Context, volume csivolume.UniqueName, node string) (bool, error) {
+			return c.neededOnNode(ctx, volume, node)
+		},
+		Done: func(v csivolume.UniqueName) { c.reconciler.Enqueue(v) },
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
 		Desired:                     c.desired,
@@ -271,4 +277,16 @@ func (c *Controller) enqueueEverything() {
 			c.status.Enqueue(name)
 		}
 	}
+}
+
+// neededOnNode reads the pods of the node from the API server and tells whether
+// one needs the volume.
+func (c *Controller) neededOnNode(ctx context.Context, volume csivolume.UniqueName, node string) (bool, error) {
+	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return false, fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	return slices.ContainsFunc(pods.Items, func(pod v1.Pod) bool {
+		return pod.Spec.NodeName == node && c.populator.PodNeeds(ctx, &pod, volume)
+	}), nil
 }

@@ -61,6 +61,10 @@ type Config struct {
 	// Wanted tells whether a pod on the node needs the volume now; a detach is
 	// called off at the last moment if one does.
 	Wanted func(volume csivolume.UniqueName, node string) bool
+	// NeededOnNode reads the node's pods from the API server and tells whether
+	// one needs the volume: asked before a forced detach, which an informer that
+	// has not shown a pod just scheduled there must not decide alone.
+	NeededOnNode func(ctx context.Context, volume csivolume.UniqueName, node string) (bool, error)
 	// Done is called with the volume when one of its operations ends, so that the
 	// volume is reconciled again.
 	Done func(csivolume.UniqueName)
@@ -426,6 +430,15 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	case slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
 		if !forceHolds(force, node) {
 			return ErrInUse
+		}
+		if force == ForceUnmountTimeout {
+			needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
+			if err != nil {
+				return fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
+			}
+			if needed {
+				return ErrWanted
+			}
 		}
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
 		e.cfg.Metrics.ForceDetaches.WithLabelValues(string(force)).Inc()

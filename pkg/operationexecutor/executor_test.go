@@ -153,8 +153,10 @@ type execHarness struct {
 	// Confirm calls had ended each time it was asked.
 	wanted           bool
 	confirmsAtWanted []int
-	created          []*storagev1.VolumeAttachment
-	deletes          []clienttesting.DeleteAction
+	// neededOnNode is what a read of the node's pods from the API server finds.
+	neededOnNode bool
+	created      []*storagev1.VolumeAttachment
+	deletes      []clienttesting.DeleteAction
 }
 
 func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object) *execHarness {
@@ -239,6 +241,11 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 			defer h.mu.Unlock()
 			h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
 			return h.wanted
+		},
+		NeededOnNode: func(context.Context, csivolume.UniqueName, string) (bool, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.neededOnNode, nil
 		},
 		Done: func(v csivolume.UniqueName) { h.done <- v },
 	})

@@ -548,10 +548,12 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		// deleted is the node's last state in the register once its deletion
 		// was seen; an empty node stands for a deletion whose last report was
 		// not seen.
-		deleted   *v1.Node
-		force     ForceReason
-		wantErr   error
-		wantForce string
+		deleted *v1.Node
+		// neededOnNode: a read of the node's pods finds one that needs the volume.
+		neededOnNode bool
+		force        ForceReason
+		wantErr      error
+		wantForce    string
 	}{
 		{name: "in use, not forced", node: inUseNode(true, false), force: NotForced, wantErr: ErrInUse},
 		{name: "in use on a NotReady node, not forced", node: inUseNode(false, true), force: NotForced, wantErr: ErrInUse},
@@ -569,12 +571,14 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		{name: "node gone, its last report did not list the volume", node: nil, deleted: notInUse, force: NotForced},
 		{name: "node gone, its last report was not seen", node: nil, deleted: &v1.Node{}, force: NotForced, wantErr: ErrInUse},
 		{name: "node gone, timeout", node: nil, force: ForceUnmountTimeout},
+		{name: "timeout, but a pod the informer has not shown needs the volume", node: inUseNode(false, false), neededOnNode: true, force: ForceUnmountTimeout, wantErr: ErrWanted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h, on := newDetachHarness(t, time.Minute)
 			h.informerSeesDeletes = true
 			h.status.node = tc.node
+			h.neededOnNode = tc.neededOnNode
 			switch {
 			case tc.deleted == nil:
 			case tc.deleted.Name == "":

@@ -227,6 +227,16 @@ func (p *Populator) report(changed []csivolume.UniqueName) {
 	}
 }
 
+// PodNeeds tells whether the pod, as given (for instance read from the API server
+// rather than the informer), counts and needs the volume.
+func (p *Populator) PodNeeds(ctx context.Context, pod *v1.Pod, volume csivolume.UniqueName) bool {
+	if !needsVolumes(pod) {
+		return false
+	}
+	vols, _ := p.podVolumes(klog.FromContext(ctx), pod)
+	return slices.ContainsFunc(vols, func(v cache.Volume) bool { return v.Name == volume })
+}
+
 // needsVolumes tells whether the pod counts: it has a node and is not terminated.
 func needsVolumes(pod *v1.Pod) bool {
 	if pod.Spec.NodeName == "" {

@@ -225,7 +225,10 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		Metrics: metrics.New(),
 		Timeout: opts.timeout,
 		Wanted:  h.desired.IsDesired,
-		Done:    func(csivolume.UniqueName) { h.ended.Add(1) },
+		NeededOnNode: func(_ context.Context, v csivolume.UniqueName, node string) (bool, error) {
+			return h.desired.IsDesired(v, node), nil
+		},
+		Done: func(csivolume.UniqueName) { h.ended.Add(1) },
 	})}
 	h.r = reconciler.New(reconciler.Config{
 		Desired:                     h.desired,
