@@ -195,10 +195,3 @@ func (l *locks) forgetExpired() {
 		}
 	}
 }
-
-// backoffEntries returns how many backoff entries are kept.
-func (l *locks) backoffEntries() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.backoff)
-}

@@ -874,24 +874,24 @@ func TestForgetExpiredDropsOldBackoffEntries(t *testing.T) {
 	fail(vol1, "b", detachKind) // until start+500ms
 	now = start.Add(time.Minute)
 	fail(vol2, "a", attachKind) // until start+1m+500ms
-	if got := l.backoffEntries(); got != 3 {
+	if got := len(l.backoff); got != 3 {
 		t.Fatalf("%d backoff entries, want 3", got)
 	}
 
 	// Exactly maxBackoff after the first two ran out: kept.
 	now = start.Add(initialBackoff + maxBackoff)
 	l.forgetExpired()
-	if got := l.backoffEntries(); got != 3 {
+	if got := len(l.backoff); got != 3 {
 		t.Errorf("%d backoff entries maxBackoff after they ran out, want 3", got)
 	}
 	now = now.Add(time.Millisecond)
 	l.forgetExpired()
-	if got := l.backoffEntries(); got != 1 {
+	if got := len(l.backoff); got != 1 {
 		t.Errorf("%d backoff entries, want 1: only the recent failure", got)
 	}
 	now = now.Add(time.Minute)
 	l.forgetExpired()
-	if got := l.backoffEntries(); got != 0 {
+	if got := len(l.backoff); got != 0 {
 		t.Errorf("%d backoff entries once all ran out long ago, want 0", got)
 	}
 

@@ -127,13 +127,6 @@ func (u *Updater) Forget(node string) {
 	delete(u.perNode, node)
 }
 
-// RecordedNodes returns how many nodes the updater keeps a record for.
-func (u *Updater) RecordedNodes() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return len(u.perNode)
-}
-
 func (u *Updater) record(node string) *nodeRecord {
 	u.mu.Lock()
 	defer u.mu.Unlock()
