@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // Attachment is one VolumeAttachment object for a volume on a node, or one the
@@ -17,7 +17,7 @@ import (
 // counts as holding the volume until the informer or a read from the API server
 // shows otherwise.
 type Attachment struct {
-	Volume csivolume.UniqueName
+	Volume volumename.UniqueName
 	Node   string
 	// VolumeAttachment names the object.
 	VolumeAttachment string
@@ -44,7 +44,7 @@ type Attachment struct {
 
 // Observation is what a VolumeAttachment says about an attachment.
 type Observation struct {
-	Volume           csivolume.UniqueName
+	Volume           volumename.UniqueName
 	Node             string
 	VolumeAttachment string
 	UID              types.UID
@@ -58,7 +58,7 @@ type Observation struct {
 // VolumeAttachment, but another tool may have made more, and each one holds the
 // volume in its own right.
 type OnNode struct {
-	Volume csivolume.UniqueName
+	Volume volumename.UniqueName
 	Node   string
 	// Objects are the attachments of the volume to the node, sorted by name.
 	Objects []Attachment
@@ -97,7 +97,7 @@ type pair struct {
 	unmountWaitStarted time.Time
 }
 
-func (p *pair) view(volume csivolume.UniqueName, node string) OnNode {
+func (p *pair) view(volume volumename.UniqueName, node string) OnNode {
 	out := OnNode{Volume: volume, Node: node, HiddenFromNodeStatus: p.hidden, UnmountWaitStarted: p.unmountWaitStarted}
 	for _, name := range slices.Sorted(maps.Keys(p.objects)) {
 		out.Objects = append(out.Objects, *p.objects[name])
@@ -124,8 +124,8 @@ func (p *pair) reported() bool {
 type ActualState struct {
 	mu             sync.RWMutex
 	objects        map[string]*Attachment
-	pairs          map[csivolume.UniqueName]map[string]*pair
-	nodeVols       map[string]map[csivolume.UniqueName]struct{}
+	pairs          map[volumename.UniqueName]map[string]*pair
+	nodeVols       map[string]map[volumename.UniqueName]struct{}
 	unresolved     map[string]UnresolvedAttachment
 	unresolvedByPV map[string]map[string]struct{}
 }
@@ -141,8 +141,8 @@ type UnresolvedAttachment struct {
 func NewActualState() *ActualState {
 	return &ActualState{
 		objects:        make(map[string]*Attachment),
-		pairs:          make(map[csivolume.UniqueName]map[string]*pair),
-		nodeVols:       make(map[string]map[csivolume.UniqueName]struct{}),
+		pairs:          make(map[volumename.UniqueName]map[string]*pair),
+		nodeVols:       make(map[string]map[volumename.UniqueName]struct{}),
 		unresolved:     make(map[string]UnresolvedAttachment),
 		unresolvedByPV: make(map[string]map[string]struct{}),
 	}
@@ -187,7 +187,7 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 // BeginCreate records, before the controller sends the create, that the
 // VolumeAttachment may exist from now on. It returns false, recording nothing,
 // when an object of that name is recorded already.
-func (s *ActualState) BeginCreate(volume csivolume.UniqueName, node, name string, multiAttach bool) bool {
+func (s *ActualState) BeginCreate(volume volumename.UniqueName, node, name string, multiAttach bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.objects[name]; ok {
@@ -269,7 +269,7 @@ func (s *ActualState) removeLocked(att *Attachment) bool {
 	return wasReported != p.reported()
 }
 
-func (s *ActualState) pairLocked(volume csivolume.UniqueName, node string) *pair {
+func (s *ActualState) pairLocked(volume volumename.UniqueName, node string) *pair {
 	nodes, ok := s.pairs[volume]
 	if !ok {
 		nodes = make(map[string]*pair)
@@ -294,7 +294,7 @@ func (s *ActualState) forgetUnresolvedLocked(name string) {
 }
 
 // Volume returns what exists of the volume on each node, sorted by node.
-func (s *ActualState) Volume(name csivolume.UniqueName) []OnNode {
+func (s *ActualState) Volume(name volumename.UniqueName) []OnNode {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	nodes := s.pairs[name]
@@ -306,7 +306,7 @@ func (s *ActualState) Volume(name csivolume.UniqueName) []OnNode {
 }
 
 // Get returns what exists of the volume on the node.
-func (s *ActualState) Get(name csivolume.UniqueName, node string) (OnNode, bool) {
+func (s *ActualState) Get(name volumename.UniqueName, node string) (OnNode, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	p, ok := s.pairs[name][node]
@@ -363,7 +363,7 @@ func (s *ActualState) Unsettled() []Attachment {
 // Holders returns, sorted, the nodes other than except that hold the volume: a
 // VolumeAttachment for it exists there, or may exist (a create without an answer),
 // or a VolumeAttachment of unknown volume names the volume's PV there.
-func (s *ActualState) Holders(name csivolume.UniqueName, pvName, except string) []string {
+func (s *ActualState) Holders(name volumename.UniqueName, pvName, except string) []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	set := make(map[string]struct{})
@@ -383,7 +383,7 @@ func (s *ActualState) Holders(name csivolume.UniqueName, pvName, except string) 
 }
 
 // VolumesOnNode returns the volumes with an attachment on the node.
-func (s *ActualState) VolumesOnNode(node string) []csivolume.UniqueName {
+func (s *ActualState) VolumesOnNode(node string) []volumename.UniqueName {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return sortedVolumeNames(s.nodeVols[node])
@@ -405,7 +405,7 @@ func (s *ActualState) HasNode(node string) bool {
 }
 
 // Volumes returns every volume with an attachment somewhere.
-func (s *ActualState) Volumes() []csivolume.UniqueName {
+func (s *ActualState) Volumes() []volumename.UniqueName {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Sorted(maps.Keys(s.pairs))
@@ -413,10 +413,10 @@ func (s *ActualState) Volumes() []csivolume.UniqueName {
 
 // ReportedVolumes returns, sorted, the volumes node.status.volumesAttached of the
 // node should list.
-func (s *ActualState) ReportedVolumes(node string) []csivolume.UniqueName {
+func (s *ActualState) ReportedVolumes(node string) []volumename.UniqueName {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]csivolume.UniqueName, 0, len(s.nodeVols[node]))
+	out := make([]volumename.UniqueName, 0, len(s.nodeVols[node]))
 	for name := range s.nodeVols[node] {
 		if s.pairs[name][node].reported() {
 			out = append(out, name)
@@ -428,7 +428,7 @@ func (s *ActualState) ReportedVolumes(node string) []csivolume.UniqueName {
 
 // SetHiddenFromNodeStatus marks or unmarks the volume on the node as one node
 // status must not list. It reports whether the node's status changes.
-func (s *ActualState) SetHiddenFromNodeStatus(name csivolume.UniqueName, node string, hidden bool) bool {
+func (s *ActualState) SetHiddenFromNodeStatus(name volumename.UniqueName, node string, hidden bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.pairs[name][node]
@@ -461,7 +461,7 @@ func (s *ActualState) SetDeleteUnsettled(name string, uid types.UID, unsettled b
 
 // StartUnmountWait starts the wait for kubelet to unmount the volume from the
 // node, unless it runs already, and returns when it started.
-func (s *ActualState) StartUnmountWait(name csivolume.UniqueName, node string, now time.Time) time.Time {
+func (s *ActualState) StartUnmountWait(name volumename.UniqueName, node string, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.pairs[name][node]
@@ -475,7 +475,7 @@ func (s *ActualState) StartUnmountWait(name csivolume.UniqueName, node string, n
 }
 
 // EndUnmountWait ends a wait for unmount: the volume is wanted on the node again.
-func (s *ActualState) EndUnmountWait(name csivolume.UniqueName, node string) {
+func (s *ActualState) EndUnmountWait(name volumename.UniqueName, node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p, ok := s.pairs[name][node]; ok {

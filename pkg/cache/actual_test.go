@@ -8,14 +8,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 func observation(vol cache.Volume, node string, attached bool) cache.Observation {
 	return cache.Observation{
 		Volume:           vol.Name,
 		Node:             node,
-		VolumeAttachment: csivolume.AttachmentName(vol.Handle, vol.Driver, node),
+		VolumeAttachment: volumename.AttachmentName(vol.Handle, vol.Driver, node),
 		UID:              types.UID("uid-" + node),
 		Attached:         attached,
 	}
@@ -192,7 +192,7 @@ func TestEveryObjectHoldsTheVolume(t *testing.T) {
 // A create the controller sent holds the volume before any answer comes.
 func TestBeginCreateHoldsTheVolume(t *testing.T) {
 	s := cache.NewActualState()
-	name := csivolume.AttachmentName(volA.Handle, volA.Driver, "node-1")
+	name := volumename.AttachmentName(volA.Handle, volA.Driver, "node-1")
 	if !s.BeginCreate(volA.Name, "node-1", name, false) {
 		t.Fatal("BeginCreate() = false on an empty state")
 	}
@@ -244,7 +244,7 @@ func TestForgetOnlyTheObjectWithThatUID(t *testing.T) {
 }
 
 func TestReportedVolumes(t *testing.T) {
-	volC := cache.Volume{Name: csivolume.NewUniqueName("d", "c"), Driver: "d", Handle: "c"}
+	volC := cache.Volume{Name: volumename.CSI("d", "c"), Driver: "d", Handle: "c"}
 	s := cache.NewActualState()
 	s.Observe(observation(volB, "node-1", true))
 	s.Observe(observation(volA, "node-1", true))
@@ -294,7 +294,7 @@ func TestForget(t *testing.T) {
 	if _, ok := s.Forget(o.VolumeAttachment, ""); ok {
 		t.Error("Forget() twice found the attachment again")
 	}
-	s.Forget(csivolume.AttachmentName(volA.Handle, volA.Driver, "node-2"), "")
+	s.Forget(volumename.AttachmentName(volA.Handle, volA.Driver, "node-2"), "")
 	if got := s.Volumes(); len(got) != 0 {
 		t.Errorf("Volumes() = %q after forgetting everything, want none", got)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // DesiredState records, for every pod that has a node and is not terminated, the
@@ -16,14 +16,14 @@ import (
 type DesiredState struct {
 	mu       sync.RWMutex
 	pods     map[string]desiredPod
-	volumes  map[csivolume.UniqueName]*desiredVolume
-	nodeVols map[string]map[csivolume.UniqueName]struct{}
+	volumes  map[volumename.UniqueName]*desiredVolume
+	nodeVols map[string]map[volumename.UniqueName]struct{}
 }
 
 type desiredPod struct {
 	ref     PodRef
 	node    string
-	volumes []csivolume.UniqueName
+	volumes []volumename.UniqueName
 }
 
 type desiredVolume struct {
@@ -50,21 +50,21 @@ type DesiredVolume struct {
 func NewDesiredState() *DesiredState {
 	return &DesiredState{
 		pods:     make(map[string]desiredPod),
-		volumes:  make(map[csivolume.UniqueName]*desiredVolume),
-		nodeVols: make(map[string]map[csivolume.UniqueName]struct{}),
+		volumes:  make(map[volumename.UniqueName]*desiredVolume),
+		nodeVols: make(map[string]map[volumename.UniqueName]struct{}),
 	}
 }
 
 // SetPod records that the pod, on the node, needs exactly these volumes, replacing
 // what was recorded for it before. It returns the volumes whose desired state
 // changed, so that only those are reconciled.
-func (d *DesiredState) SetPod(pod PodRef, node string, volumes []Volume) []csivolume.UniqueName {
+func (d *DesiredState) SetPod(pod PodRef, node string, volumes []Volume) []volumename.UniqueName {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key := pod.Key()
 	old, had := d.pods[key]
-	names := make([]csivolume.UniqueName, 0, len(volumes))
-	changed := make(map[csivolume.UniqueName]struct{})
+	names := make([]volumename.UniqueName, 0, len(volumes))
+	changed := make(map[volumename.UniqueName]struct{})
 	for _, v := range volumes {
 		names = append(names, v.Name)
 		if d.addPodVolume(pod, node, v) {
@@ -90,7 +90,7 @@ func (d *DesiredState) SetPod(pod PodRef, node string, volumes []Volume) []csivo
 }
 
 // DeletePod forgets the pod and returns the volumes whose desired state changed.
-func (d *DesiredState) DeletePod(podKey string) []csivolume.UniqueName {
+func (d *DesiredState) DeletePod(podKey string) []volumename.UniqueName {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old, ok := d.pods[podKey]
@@ -98,7 +98,7 @@ func (d *DesiredState) DeletePod(podKey string) []csivolume.UniqueName {
 		return nil
 	}
 	delete(d.pods, podKey)
-	changed := make(map[csivolume.UniqueName]struct{})
+	changed := make(map[volumename.UniqueName]struct{})
 	for _, name := range old.volumes {
 		if d.removePodVolume(podKey, old.node, name) {
 			changed[name] = struct{}{}
@@ -130,7 +130,7 @@ func (d *DesiredState) addPodVolume(pod PodRef, node string, v Volume) bool {
 	return true
 }
 
-func (d *DesiredState) removePodVolume(podKey, node string, name csivolume.UniqueName) bool {
+func (d *DesiredState) removePodVolume(podKey, node string, name volumename.UniqueName) bool {
 	vol, ok := d.volumes[name]
 	if !ok {
 		return false
@@ -159,7 +159,7 @@ func sameSpec(a, b Volume) bool {
 }
 
 // Volume returns a copy of the desired state of one volume.
-func (d *DesiredState) Volume(name csivolume.UniqueName) (DesiredVolume, bool) {
+func (d *DesiredState) Volume(name volumename.UniqueName) (DesiredVolume, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	vol, ok := d.volumes[name]
@@ -181,7 +181,7 @@ func (d *DesiredState) Volume(name csivolume.UniqueName) (DesiredVolume, bool) {
 }
 
 // IsDesired tells whether some pod on the node needs the volume.
-func (d *DesiredState) IsDesired(name csivolume.UniqueName, node string) bool {
+func (d *DesiredState) IsDesired(name volumename.UniqueName, node string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	_, ok := d.nodeVols[node][name]
@@ -189,17 +189,17 @@ func (d *DesiredState) IsDesired(name csivolume.UniqueName, node string) bool {
 }
 
 // VolumesOnNode returns the volumes that pods on the node need.
-func (d *DesiredState) VolumesOnNode(node string) []csivolume.UniqueName {
+func (d *DesiredState) VolumesOnNode(node string) []volumename.UniqueName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return sortedVolumeNames(d.nodeVols[node])
 }
 
 // Volumes returns every volume some pod needs.
-func (d *DesiredState) Volumes() []csivolume.UniqueName {
+func (d *DesiredState) Volumes() []volumename.UniqueName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make([]csivolume.UniqueName, 0, len(d.volumes))
+	out := make([]volumename.UniqueName, 0, len(d.volumes))
 	for name := range d.volumes {
 		out = append(out, name)
 	}
@@ -228,7 +228,7 @@ func (d *DesiredState) PodKeys() []string {
 // MarkMultiAttachReported records that the pods waiting for the volume on the node
 // were told it is held elsewhere. It returns false if that was already recorded for
 // this wait, true if the caller should send the event now.
-func (d *DesiredState) MarkMultiAttachReported(name csivolume.UniqueName, node string) bool {
+func (d *DesiredState) MarkMultiAttachReported(name volumename.UniqueName, node string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	att := d.attachment(name, node)
@@ -240,7 +240,7 @@ func (d *DesiredState) MarkMultiAttachReported(name csivolume.UniqueName, node s
 }
 
 // ResetMultiAttachReported ends a multi-attach wait: the next one reports again.
-func (d *DesiredState) ResetMultiAttachReported(name csivolume.UniqueName, node string) {
+func (d *DesiredState) ResetMultiAttachReported(name volumename.UniqueName, node string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if att := d.attachment(name, node); att != nil {
@@ -248,7 +248,7 @@ func (d *DesiredState) ResetMultiAttachReported(name csivolume.UniqueName, node 
 	}
 }
 
-func (d *DesiredState) attachment(name csivolume.UniqueName, node string) *desiredAttachment {
+func (d *DesiredState) attachment(name volumename.UniqueName, node string) *desiredAttachment {
 	vol, ok := d.volumes[name]
 	if !ok {
 		return nil

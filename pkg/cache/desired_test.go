@@ -5,18 +5,18 @@ import (
 	"testing"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 var (
-	volA = cache.Volume{Name: csivolume.NewUniqueName("d", "a"), Driver: "d", Handle: "a", PVName: "pv-a", DisplayName: "pv-a"}
-	volB = cache.Volume{Name: csivolume.NewUniqueName("d", "b"), Driver: "d", Handle: "b", PVName: "pv-b", DisplayName: "pv-b"}
+	volA = cache.Volume{Name: volumename.CSI("d", "a"), Driver: "d", Handle: "a", PVName: "pv-a", DisplayName: "pv-a"}
+	volB = cache.Volume{Name: volumename.CSI("d", "b"), Driver: "d", Handle: "b", PVName: "pv-b", DisplayName: "pv-b"}
 	pod1 = cache.PodRef{Namespace: "ns", Name: "pod-1", UID: "uid-1"}
 	pod2 = cache.PodRef{Namespace: "ns", Name: "pod-2", UID: "uid-2"}
 )
 
-func names(vols ...cache.Volume) []csivolume.UniqueName {
-	out := []csivolume.UniqueName{}
+func names(vols ...cache.Volume) []volumename.UniqueName {
+	out := []volumename.UniqueName{}
 	for _, v := range vols {
 		out = append(out, v.Name)
 	}
@@ -25,14 +25,14 @@ func names(vols ...cache.Volume) []csivolume.UniqueName {
 }
 
 // desiredStep changes the desired state and returns the volumes it reports changed.
-type desiredStep func(d *cache.DesiredState) []csivolume.UniqueName
+type desiredStep func(d *cache.DesiredState) []volumename.UniqueName
 
 func setPod(pod cache.PodRef, node string, vols ...cache.Volume) desiredStep {
-	return func(d *cache.DesiredState) []csivolume.UniqueName { return d.SetPod(pod, node, vols) }
+	return func(d *cache.DesiredState) []volumename.UniqueName { return d.SetPod(pod, node, vols) }
 }
 
 func deletePod(pod cache.PodRef) desiredStep {
-	return func(d *cache.DesiredState) []csivolume.UniqueName { return d.DeletePod(pod.Key()) }
+	return func(d *cache.DesiredState) []volumename.UniqueName { return d.DeletePod(pod.Key()) }
 }
 
 // placement is one (volume, node) pair the desired state should hold, with its pods.
@@ -49,7 +49,7 @@ func TestDesiredStateChanges(t *testing.T) {
 		name        string
 		setup       []desiredStep
 		step        desiredStep
-		wantChanged []csivolume.UniqueName
+		wantChanged []volumename.UniqueName
 		want        []placement
 	}{
 		{
@@ -161,8 +161,8 @@ func TestDesiredStateChanges(t *testing.T) {
 
 func checkPlacements(t *testing.T, d *cache.DesiredState, want []placement) {
 	t.Helper()
-	wantVols := map[csivolume.UniqueName]map[string][]cache.PodRef{}
-	wantNodes := map[string][]csivolume.UniqueName{}
+	wantVols := map[volumename.UniqueName]map[string][]cache.PodRef{}
+	wantNodes := map[string][]volumename.UniqueName{}
 	for _, p := range want {
 		if wantVols[p.vol.Name] == nil {
 			wantVols[p.vol.Name] = map[string][]cache.PodRef{}

@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const (
@@ -42,7 +42,7 @@ type Node struct {
 	OutOfService bool
 	// InUse holds the volumes kubelet lists in status.volumesInUse; for a deleted
 	// node, the last list it reported.
-	InUse map[csivolume.UniqueName]struct{}
+	InUse map[volumename.UniqueName]struct{}
 	// InUseUnknown is set for a deleted node whose last report was not seen: the
 	// informer learned of the deletion by relisting, and kubelet may have reported
 	// more after the copy the controller had.
@@ -54,7 +54,7 @@ func (n Node) Exists() bool { return n.Presence == NodePresent }
 
 // Mounted tells whether kubelet may still have the volume mounted on the node.
 // Nothing known of the node means it may.
-func (n Node) Mounted(name csivolume.UniqueName) bool {
+func (n Node) Mounted(name volumename.UniqueName) bool {
 	if n.Presence == NodeUnknown || n.InUseUnknown {
 		return true
 	}
@@ -70,10 +70,10 @@ func NodeFromObject(node *v1.Node) Node {
 		Managed:      IsManaged(node),
 		Ready:        IsReady(node),
 		OutOfService: IsOutOfService(node),
-		InUse:        make(map[csivolume.UniqueName]struct{}, len(node.Status.VolumesInUse)),
+		InUse:        make(map[volumename.UniqueName]struct{}, len(node.Status.VolumesInUse)),
 	}
 	for _, name := range node.Status.VolumesInUse {
-		n.InUse[csivolume.UniqueName(name)] = struct{}{}
+		n.InUse[volumename.UniqueName(name)] = struct{}{}
 	}
 	return n
 }

@@ -12,13 +12,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // Volume is everything needed to attach a volume: what its VolumeAttachment says
 // and how people and the multi-attach rule know it.
 type Volume struct {
-	Name   csivolume.UniqueName
+	Name   volumename.UniqueName
 	Driver string
 	Handle string
 	// PVName is set for a volume that comes from a PersistentVolume.
@@ -42,7 +42,7 @@ type PodRef struct {
 // Key is the pod's namespace/name.
 func (p PodRef) Key() string { return p.Namespace + "/" + p.Name }
 
-func sortedVolumeNames(set map[csivolume.UniqueName]struct{}) []csivolume.UniqueName {
+func sortedVolumeNames(set map[volumename.UniqueName]struct{}) []volumename.UniqueName {
 	return slices.Sorted(maps.Keys(set))
 }
 

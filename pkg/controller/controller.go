@@ -34,13 +34,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/statusupdater"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // Options are the controller's settings.
@@ -100,7 +100,7 @@ type Executor interface {
 	ObserveVolumeAttachment(name string, va *storagev1.VolumeAttachment)
 	// ResetBackoff lets the next operation on the volume and node start at once;
 	// it reports whether the pair was backing off after a failed attach.
-	ResetBackoff(volume csivolume.UniqueName, node string) bool
+	ResetBackoff(volume volumename.UniqueName, node string) bool
 	// Settle reads an object whose existence or deletion only the API server can
 	// settle, and records what it learns.
 	Settle(ctx context.Context, att cache.Attachment)
@@ -168,10 +168,10 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Metrics:    m,
 		Timeout:    opts.OperationTimeout,
 		Wanted:     c.desired.IsDesired,
-		NeededOnNode: func(ctx context.Context, volume csivolume.UniqueName, node string) (bool, error) {
+		NeededOnNode: func(ctx context.Context, volume volumename.UniqueName, node string) (bool, error) {
 			return c.neededOnNode(ctx, volume, node)
 		},
-		Done: func(v csivolume.UniqueName) { c.reconciler.Enqueue(v) },
+		Done: func(v volumename.UniqueName) { c.reconciler.Enqueue(v) },
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
 		Desired:                     c.desired,
@@ -281,7 +281,7 @@ func (c *Controller) enqueueEverything() {
 
 // neededOnNode reads the pods of the node from the API server and tells whether
 // one needs the volume.
-func (c *Controller) neededOnNode(ctx context.Context, volume csivolume.UniqueName, node string) (bool, error) {
+func (c *Controller) neededOnNode(ctx context.Context, volume volumename.UniqueName, node string) (bool, error) {
 	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return false, fmt.Errorf("listing the pods of node %s: %w", node, err)

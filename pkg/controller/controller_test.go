@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const testDriver = "example.csi.k8s.io"
@@ -74,7 +74,7 @@ func addToInformers(t *testing.T, c *Controller, objs ...runtime.Object) {
 	}
 }
 
-func node(name string, attached []csivolume.UniqueName, inUse []csivolume.UniqueName) *v1.Node {
+func node(name string, attached []volumename.UniqueName, inUse []volumename.UniqueName) *v1.Node {
 	n := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
 		Status:     v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
@@ -120,7 +120,7 @@ func podUsing(namespace, name, nodeName, claim string) *v1.Pod {
 }
 
 func volumeAttachment(handle, nodeName string, source storagev1.VolumeAttachmentSource, attached bool) *storagev1.VolumeAttachment {
-	name := csivolume.AttachmentName(handle, testDriver, nodeName)
+	name := volumename.AttachmentName(handle, testDriver, nodeName)
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
 		Spec:       storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: nodeName, Source: source},
@@ -133,12 +133,12 @@ func pvSource(name string) storagev1.VolumeAttachmentSource {
 }
 
 func TestNodeDecisionsChanged(t *testing.T) {
-	volA := csivolume.NewUniqueName(testDriver, "a")
-	volB := csivolume.NewUniqueName(testDriver, "b")
-	base := cache.Node{Name: "n", Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{volA: {}}}
+	volA := volumename.CSI(testDriver, "a")
+	volB := volumename.CSI(testDriver, "b")
+	base := cache.Node{Name: "n", Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[volumename.UniqueName]struct{}{volA: {}}}
 	with := func(mutate func(n *cache.Node)) cache.Node {
 		n := base
-		n.InUse = map[csivolume.UniqueName]struct{}{volA: {}}
+		n.InUse = map[volumename.UniqueName]struct{}{volA: {}}
 		mutate(&n)
 		return n
 	}
@@ -154,9 +154,9 @@ func TestNodeDecisionsChanged(t *testing.T) {
 		{"became unmanaged", base, with(func(n *cache.Node) { n.Managed = false }), true},
 		{"became NotReady", base, with(func(n *cache.Node) { n.Ready = false }), true},
 		{"out-of-service taint", base, with(func(n *cache.Node) { n.OutOfService = true }), true},
-		{"volume unmounted", base, with(func(n *cache.Node) { n.InUse = map[csivolume.UniqueName]struct{}{} }), true},
+		{"volume unmounted", base, with(func(n *cache.Node) { n.InUse = map[volumename.UniqueName]struct{}{} }), true},
 		{"volume mounted", base, with(func(n *cache.Node) { n.InUse[volB] = struct{}{} }), true},
-		{"one unmounted, another mounted", base, with(func(n *cache.Node) { n.InUse = map[csivolume.UniqueName]struct{}{volB: {}} }), true},
+		{"one unmounted, another mounted", base, with(func(n *cache.Node) { n.InUse = map[volumename.UniqueName]struct{}{volB: {}} }), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,7 +168,7 @@ func TestNodeDecisionsChanged(t *testing.T) {
 }
 
 func TestIdentifyVolume(t *testing.T) {
-	csiName := csivolume.NewUniqueName(testDriver, "h-1")
+	csiName := volumename.CSI(testDriver, "h-1")
 	inline := &v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
 		CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: "h-inline"},
 	}}
@@ -179,20 +179,20 @@ func TestIdentifyVolume(t *testing.T) {
 		}},
 	}
 	ebsVA := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: csivolume.AttachmentName("vol-0abc", "ebs.csi.aws.com", "node-1")},
+		ObjectMeta: metav1.ObjectMeta{Name: volumename.AttachmentName("vol-0abc", "ebs.csi.aws.com", "node-1")},
 		Spec:       storagev1.VolumeAttachmentSpec{Attacher: "ebs.csi.aws.com", NodeName: "node-1", Source: pvSource("pv-ebs")},
 	}
 	tests := []struct {
 		name   string
 		objs   []runtime.Object
 		va     *storagev1.VolumeAttachment
-		want   csivolume.UniqueName
+		want   volumename.UniqueName
 		wantOK bool
 	}{
 		{
 			name:   "inline spec",
 			va:     volumeAttachment("h-inline", "node-1", storagev1.VolumeAttachmentSource{InlineVolumeSpec: inline}, true),
-			want:   csivolume.NewUniqueName(testDriver, "h-inline"),
+			want:   volumename.CSI(testDriver, "h-inline"),
 			wantOK: true,
 		},
 		{
@@ -206,31 +206,31 @@ func TestIdentifyVolume(t *testing.T) {
 			name:   "in-tree PV translated",
 			objs:   []runtime.Object{ebsPV},
 			va:     ebsVA,
-			want:   csivolume.NewUniqueName("ebs.csi.aws.com", "vol-0abc"),
+			want:   volumename.CSI("ebs.csi.aws.com", "vol-0abc"),
 			wantOK: true,
 		},
 		{
 			name:   "PV gone, node status lists it as attached",
-			objs:   []runtime.Object{node("node-1", []csivolume.UniqueName{csivolume.NewUniqueName(testDriver, "other"), csiName}, nil)},
+			objs:   []runtime.Object{node("node-1", []volumename.UniqueName{volumename.CSI(testDriver, "other"), csiName}, nil)},
 			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
 			want:   csiName,
 			wantOK: true,
 		},
 		{
 			name:   "PV gone, node status lists it in use",
-			objs:   []runtime.Object{node("node-1", nil, []csivolume.UniqueName{csiName})},
+			objs:   []runtime.Object{node("node-1", nil, []volumename.UniqueName{csiName})},
 			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
 			want:   csiName,
 			wantOK: true,
 		},
 		{
 			name: "PV gone, node status lists only other volumes",
-			objs: []runtime.Object{node("node-1", []csivolume.UniqueName{csivolume.NewUniqueName(testDriver, "other")}, nil)},
+			objs: []runtime.Object{node("node-1", []volumename.UniqueName{volumename.CSI(testDriver, "other")}, nil)},
 			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
 		},
 		{
 			name: "PV gone, node status lists a volume of another driver with the same handle",
-			objs: []runtime.Object{node("node-1", []csivolume.UniqueName{csivolume.NewUniqueName("other.csi.k8s.io", "h-1")}, nil)},
+			objs: []runtime.Object{node("node-1", []volumename.UniqueName{volumename.CSI("other.csi.k8s.io", "h-1")}, nil)},
 			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
 		},
 		{
@@ -252,7 +252,7 @@ func TestIdentifyVolume(t *testing.T) {
 
 func TestObserveVolumeAttachment(t *testing.T) {
 	ctx := context.Background()
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	vol := volumename.CSI(testDriver, "h-1")
 	tests := []struct {
 		name string
 		va   *storagev1.VolumeAttachment
@@ -306,7 +306,7 @@ func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 	addToInformers(t, c, va)
 	c.observeVolumeAttachment(ctx, va)
-	if got := c.actual.Holders(csivolume.NewUniqueName(testDriver, "h-1"), "pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
+	if got := c.actual.Holders(volumename.CSI(testDriver, "h-1"), "pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
 		t.Fatalf("Holders(pv-1) = %q, want [node-a]: the VolumeAttachment holds its PV", got)
 	}
 
@@ -316,7 +316,7 @@ func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 	if got := c.actual.UnresolvedForPV("pv-1"); len(got) != 0 {
 		t.Errorf("UnresolvedForPV(pv-1) = %q once the PV exists, want none", got)
 	}
-	if att, ok := c.actual.Get(csivolume.NewUniqueName(testDriver, "h-1"), "node-a"); !ok || !att.Attached() {
+	if att, ok := c.actual.Get(volumename.CSI(testDriver, "h-1"), "node-a"); !ok || !att.Attached() {
 		t.Errorf("attachment = %+v, %v once the PV exists, want attached", att, ok)
 	}
 }
@@ -328,7 +328,7 @@ func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
 	if err := c.populator.SyncPod(ctx, "ns/db"); err != nil {
 		t.Fatal(err)
 	}
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	vol := volumename.CSI(testDriver, "h-1")
 	if c.desired.IsDesired(vol, "node-a") {
 		t.Fatal("volume desired before its PV exists")
 	}
@@ -357,7 +357,7 @@ func TestVolumeAttachmentDeleted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c.observeVolumeAttachment(ctx, va)
 			c.onVolumeAttachmentDelete(tc.obj)
-			if _, ok := c.actual.Get(csivolume.NewUniqueName(testDriver, "h-1"), "node-a"); ok {
+			if _, ok := c.actual.Get(volumename.CSI(testDriver, "h-1"), "node-a"); ok {
 				t.Error("attachment kept after its VolumeAttachment was deleted")
 			}
 		})
@@ -365,8 +365,8 @@ func TestVolumeAttachmentDeleted(t *testing.T) {
 }
 
 func TestNodeDeleted(t *testing.T) {
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
-	n := node("node-a", nil, []csivolume.UniqueName{vol})
+	vol := volumename.CSI(testDriver, "h-1")
+	n := node("node-a", nil, []volumename.UniqueName{vol})
 	tests := []struct {
 		name string
 		obj  any
@@ -389,11 +389,11 @@ func TestNodeDeleted(t *testing.T) {
 
 func TestRebuild(t *testing.T) {
 	ctx := context.Background()
-	listed := csivolume.NewUniqueName(testDriver, "listed")
-	detaching := csivolume.NewUniqueName(testDriver, "detaching")
-	wanted := csivolume.NewUniqueName(testDriver, "wanted")
+	listed := volumename.CSI(testDriver, "listed")
+	detaching := volumename.CSI(testDriver, "detaching")
+	wanted := volumename.CSI(testDriver, "wanted")
 	c := startedController(t,
-		node("node-a", []csivolume.UniqueName{listed}, nil),
+		node("node-a", []volumename.UniqueName{listed}, nil),
 		csiPV("pv-listed", "listed", "ns", "c-listed"),
 		csiPV("pv-detaching", "detaching", "ns", "c-detaching"),
 		csiPV("pv-wanted", "wanted", "ns", "c-wanted"),
@@ -407,7 +407,7 @@ func TestRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		vol        csivolume.UniqueName
+		vol        volumename.UniqueName
 		wantHidden bool
 	}{
 		{listed, false},
@@ -435,9 +435,9 @@ func TestRebuild(t *testing.T) {
 // could start is an attach to node-b, which must not.
 func TestRebuildTrustsVolumeAttachmentsOverNodeStatus(t *testing.T) {
 	ctx := context.Background()
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	vol := volumename.CSI(testDriver, "h-1")
 	c := startedController(t,
-		node("node-a", nil, []csivolume.UniqueName{vol}),
+		node("node-a", nil, []volumename.UniqueName{vol}),
 		node("node-b", nil, nil),
 		csiPV("pv-1", "h-1", "ns", "data", v1.ReadWriteOnce),
 		boundClaim("ns", "data", "pv-1"),
@@ -505,7 +505,7 @@ func waitForCreate(t *testing.T, c *Controller, name string) {
 }
 
 func TestActsAtOnce(t *testing.T) {
-	vaName := csivolume.AttachmentName("h-1", testDriver, "node-a")
+	vaName := volumename.AttachmentName("h-1", testDriver, "node-a")
 	tests := []struct {
 		name  string
 		setup func(ctx context.Context, c *Controller)

@@ -18,8 +18,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 type informerSet struct {
@@ -331,13 +331,13 @@ func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (cache.Volum
 		candidates = append(candidates, string(n))
 	}
 	i := slices.IndexFunc(candidates, func(n string) bool {
-		driver, handle, err := csivolume.ParseUniqueName(csivolume.UniqueName(n))
-		return err == nil && driver == va.Spec.Attacher && csivolume.AttachmentName(handle, driver, va.Spec.NodeName) == va.Name
+		driver, handle, err := volumename.ParseUniqueName(volumename.UniqueName(n))
+		return err == nil && driver == va.Spec.Attacher && volumename.AttachmentName(handle, driver, va.Spec.NodeName) == va.Name
 	})
 	if i < 0 {
 		return cache.Volume{}, false
 	}
-	return cache.Volume{Name: csivolume.UniqueName(candidates[i])}, true
+	return cache.Volume{Name: volumename.UniqueName(candidates[i])}, true
 }
 
 // NewInformerFactory returns the shared informer factory the controller runs on:

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // waitForCurrentVolumeAttachments makes sure the VolumeAttachment informer holds
@@ -68,9 +68,9 @@ func (c *Controller) rebuild(ctx context.Context) error {
 		return fmt.Errorf("listing nodes from the informer: %w", err)
 	}
 	for _, n := range nodes {
-		listed := make(map[csivolume.UniqueName]bool, len(n.Status.VolumesAttached))
+		listed := make(map[volumename.UniqueName]bool, len(n.Status.VolumesAttached))
 		for _, av := range n.Status.VolumesAttached {
-			listed[csivolume.UniqueName(av.Name)] = true
+			listed[volumename.UniqueName(av.Name)] = true
 		}
 		for _, v := range c.actual.VolumesOnNode(n.Name) {
 			on, ok := c.actual.Get(v, n.Name)

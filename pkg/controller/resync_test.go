@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // Deletions the event handlers never delivered (an informer that relisted while
@@ -16,7 +16,7 @@ import (
 // that is gone no longer counts as Ready.
 func TestPeriodicPassHealsMissedDeletions(t *testing.T) {
 	ctx := context.Background()
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	vol := volumename.CSI(testDriver, "h-1")
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 	gone := node("node-a", nil, nil)
 	c := startedController(t, gone, csiPV("pv-1", "h-1", "ns", "data"), va)
@@ -50,7 +50,7 @@ func TestPeriodicPassHealsMissedDeletions(t *testing.T) {
 // A VolumeAttachment the handlers never delivered is recorded by the periodic pass.
 func TestPeriodicPassRecordsMissedAdditions(t *testing.T) {
 	ctx := context.Background()
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	vol := volumename.CSI(testDriver, "h-1")
 	c := startedController(t, csiPV("pv-1", "h-1", "ns", "data"))
 	if err := c.rebuild(ctx); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestPeriodicPassRecordsMissedAdditions(t *testing.T) {
 // informer has not shown yet still keeps the volume.
 func TestNeededOnNodeReadsTheAPIServer(t *testing.T) {
 	ctx := context.Background()
-	vol := csivolume.NewUniqueName(testDriver, "h-1")
+	vol := volumename.CSI(testDriver, "h-1")
 	c := startedController(t, csiPV("pv-1", "h-1", "ns", "data"), boundClaim("ns", "data", "pv-1"))
 	if _, err := c.client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "db", "node-a", "data"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -30,9 +30,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // NodeStatus writes a node's status.volumesAttached from the actual state.
@@ -60,14 +60,14 @@ type Config struct {
 	Timeout time.Duration
 	// Wanted tells whether a pod on the node needs the volume now; a detach is
 	// called off at the last moment if one does.
-	Wanted func(volume csivolume.UniqueName, node string) bool
+	Wanted func(volume volumename.UniqueName, node string) bool
 	// NeededOnNode reads the node's pods from the API server and tells whether
 	// one needs the volume: asked before a forced detach, which an informer that
 	// has not shown a pod just scheduled there must not decide alone.
-	NeededOnNode func(ctx context.Context, volume csivolume.UniqueName, node string) (bool, error)
+	NeededOnNode func(ctx context.Context, volume volumename.UniqueName, node string) (bool, error)
 	// Done is called with the volume when one of its operations ends, so that the
 	// volume is reconciled again.
-	Done func(csivolume.UniqueName)
+	Done func(volumename.UniqueName)
 }
 
 // ForceReason says why a detach may go ahead while the node may still have the
@@ -134,14 +134,14 @@ func (e *Executor) ObserveVolumeAttachment(name string, va *storagev1.VolumeAtta
 }
 
 // IsRunning tells whether an operation that involves the volume on the node runs.
-func (e *Executor) IsRunning(volume csivolume.UniqueName, node string) bool {
+func (e *Executor) IsRunning(volume volumename.UniqueName, node string) bool {
 	return e.locks.isRunning(volume, node)
 }
 
 // ResetBackoff lets the next operation on the volume and node start at once, for
 // instance when the node's CSI driver has just registered. It reports whether the
 // pair was backing off after a failed attach.
-func (e *Executor) ResetBackoff(volume csivolume.UniqueName, node string) bool {
+func (e *Executor) ResetBackoff(volume volumename.UniqueName, node string) bool {
 	return e.locks.resetBackoff(volume, node)
 }
 
@@ -246,7 +246,7 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 }
 
 func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) error {
-	name := csivolume.AttachmentName(vol.Handle, vol.Driver, node)
+	name := volumename.AttachmentName(vol.Handle, vol.Driver, node)
 	// An object recorded but never seen is one an earlier create may or may not
 	// have made: creating it again settles that.
 	if att, recorded := e.cfg.Actual.Object(name); !recorded || !att.Seen {

@@ -26,9 +26,9 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const (
@@ -41,7 +41,7 @@ const (
 
 var (
 	testPV = cache.Volume{
-		Name: csivolume.NewUniqueName(testDriver, testHandle), Driver: testDriver, Handle: testHandle,
+		Name: volumename.CSI(testDriver, testHandle), Driver: testDriver, Handle: testHandle,
 		PVName: "pv-1", DisplayName: "pv-1",
 	}
 	testPods = []cache.PodRef{{Namespace: "ns", Name: "db-0", UID: "pod-uid"}}
@@ -79,7 +79,7 @@ type fakeNodeStatus struct {
 	node              *v1.Node
 	gate              chan struct{}
 	confirms          int
-	reportedAtConfirm [][]csivolume.UniqueName
+	reportedAtConfirm [][]volumename.UniqueName
 	enqueued          []string
 }
 
@@ -131,7 +131,7 @@ type execHarness struct {
 	log      *orderLog
 	recorder *record.FakeRecorder
 	metrics  *metrics.Metrics
-	done     chan csivolume.UniqueName
+	done     chan volumename.UniqueName
 	exec     *Executor
 
 	mu sync.Mutex
@@ -169,7 +169,7 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		log:      &orderLog{},
 		recorder: record.NewFakeRecorder(10),
 		metrics:  metrics.New(),
-		done:     make(chan csivolume.UniqueName, 10),
+		done:     make(chan volumename.UniqueName, 10),
 	}
 	h.status = &fakeNodeStatus{actual: h.actual, log: h.log, node: &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: testNode},
@@ -235,19 +235,19 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		Events:     podevents.NewEmitter(h.recorder),
 		Metrics:    h.metrics,
 		Timeout:    timeout,
-		Wanted: func(csivolume.UniqueName, string) bool {
+		Wanted: func(volumename.UniqueName, string) bool {
 			confirms := h.status.confirmCount()
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
 			return h.wanted
 		},
-		NeededOnNode: func(context.Context, csivolume.UniqueName, string) (bool, error) {
+		NeededOnNode: func(context.Context, volumename.UniqueName, string) (bool, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			return h.neededOnNode, nil
 		},
-		Done: func(v csivolume.UniqueName) { h.done <- v },
+		Done: func(v volumename.UniqueName) { h.done <- v },
 	})
 	// Operations run on contexts the tests give them, which end with the test;
 	// the next test starts once they have all ended.
@@ -269,7 +269,7 @@ func (h *execHarness) deleteCount() int {
 }
 
 // anyRunning tells whether any operation on the volume holds a lock.
-func (h *execHarness) anyRunning(vol csivolume.UniqueName) bool {
+func (h *execHarness) anyRunning(vol volumename.UniqueName) bool {
 	h.exec.locks.mu.Lock()
 	defer h.exec.locks.mu.Unlock()
 	return len(h.exec.locks.running[vol]) > 0
@@ -310,7 +310,7 @@ func (h *execHarness) waitWaiting(t *testing.T, name string) {
 
 func (h *execHarness) events() []string { return fakeevents.Drain(h.recorder) }
 
-func (h *execHarness) backingOff(vol csivolume.UniqueName, node string) bool {
+func (h *execHarness) backingOff(vol volumename.UniqueName, node string) bool {
 	h.exec.locks.mu.Lock()
 	defer h.exec.locks.mu.Unlock()
 	_, ok := h.exec.locks.backoff[pairKey{vol, node}]

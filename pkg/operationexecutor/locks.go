@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const (
@@ -38,12 +38,12 @@ const (
 // lockKey is what one operation holds: a single-attach volume across the cluster
 // (node empty), or a multi-attach volume on one node.
 type lockKey struct {
-	volume csivolume.UniqueName
+	volume volumename.UniqueName
 	node   string
 }
 
 // lockFor returns the key an operation on the volume and node holds.
-func lockFor(volume csivolume.UniqueName, node string, multiAttach bool) lockKey {
+func lockFor(volume volumename.UniqueName, node string, multiAttach bool) lockKey {
 	if multiAttach {
 		return lockKey{volume, node}
 	}
@@ -53,7 +53,7 @@ func lockFor(volume csivolume.UniqueName, node string, multiAttach bool) lockKey
 func (k lockKey) wholeVolume() bool { return k.node == "" }
 
 type pairKey struct {
-	volume csivolume.UniqueName
+	volume volumename.UniqueName
 	node   string
 }
 
@@ -68,14 +68,14 @@ type backoffEntry struct {
 // volume, node and kind of operation after a failure.
 type locks struct {
 	mu      sync.Mutex
-	running map[csivolume.UniqueName]map[string]struct{}
+	running map[volumename.UniqueName]map[string]struct{}
 	backoff map[pairKey]backoffEntry
 	now     func() time.Time
 }
 
 func newLocks(now func() time.Time) *locks {
 	return &locks{
-		running: make(map[csivolume.UniqueName]map[string]struct{}),
+		running: make(map[volumename.UniqueName]map[string]struct{}),
 		backoff: make(map[pairKey]backoffEntry),
 		now:     now,
 	}
@@ -163,7 +163,7 @@ func (l *locks) release(key lockKey, node string, k kind, failed bool) {
 }
 
 // isRunning tells whether an operation on the volume runs that involves the node.
-func (l *locks) isRunning(volume csivolume.UniqueName, node string) bool {
+func (l *locks) isRunning(volume volumename.UniqueName, node string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held := l.running[volume]
@@ -174,7 +174,7 @@ func (l *locks) isRunning(volume csivolume.UniqueName, node string) bool {
 
 // resetBackoff lets the next operation on the volume and node start at once. It
 // reports whether the pair was backing off after a failed attach.
-func (l *locks) resetBackoff(volume csivolume.UniqueName, node string) bool {
+func (l *locks) resetBackoff(volume volumename.UniqueName, node string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	pk := pairKey{volume, node}

@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 var (
-	vol1 = csivolume.NewUniqueName("d", "vol-1")
-	vol2 = csivolume.NewUniqueName("d", "vol-2")
+	vol1 = volumename.CSI("d", "vol-1")
+	vol2 = volumename.CSI("d", "vol-2")
 )
 
 // lockReq is one acquire: of the volume on the node, for a single-attach volume
 // (whole volume) or a multi-attach one (the node only).
 type lockReq struct {
-	vol   csivolume.UniqueName
+	vol   volumename.UniqueName
 	node  string
 	multi bool
 }
@@ -24,7 +24,7 @@ type lockReq struct {
 func (r lockReq) key() lockKey { return lockFor(r.vol, r.node, r.multi) }
 
 // anyRunning tells whether any operation on the volume holds a lock.
-func anyRunning(l *locks, vol csivolume.UniqueName) bool {
+func anyRunning(l *locks, vol volumename.UniqueName) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.running[vol]) > 0

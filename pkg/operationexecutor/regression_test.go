@@ -22,7 +22,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // The tests in this file cover the executor's decisions that the lead rewrote in
@@ -40,7 +40,7 @@ var testRWX = func() cache.Volume {
 }()
 
 // vaName is the VolumeAttachment name of testPV on the node.
-func vaName(node string) string { return csivolume.AttachmentName(testHandle, testDriver, node) }
+func vaName(node string) string { return volumename.AttachmentName(testHandle, testDriver, node) }
 
 // objectOn is an attached VolumeAttachment of testPV on the node.
 func objectOn(name, node string, uid types.UID) *storagev1.VolumeAttachment {
@@ -862,7 +862,7 @@ func TestForgetExpiredDropsOldBackoffEntries(t *testing.T) {
 	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
 	l := newLocks(func() time.Time { return now })
-	fail := func(vol csivolume.UniqueName, node string, k kind) {
+	fail := func(vol volumename.UniqueName, node string, k kind) {
 		t.Helper()
 		key := lockFor(vol, node, true)
 		if err := l.acquire(key, node, k); err != nil {

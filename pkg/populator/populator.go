@@ -25,8 +25,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // ClaimIndex is the name of the pod informer index by "namespace/claim" of every
@@ -77,7 +77,7 @@ type Populator struct {
 	desired    *cache.DesiredState
 	translator csitranslation.CSITranslator
 	// changed receives the volumes whose desired state changed.
-	changed func(csivolume.UniqueName)
+	changed func(volumename.UniqueName)
 	queue   workqueue.TypedRateLimitingInterface[string]
 
 	mu           sync.Mutex
@@ -86,7 +86,7 @@ type Populator struct {
 }
 
 // New returns a Populator that records into desired and reports changed volumes.
-func New(listers Listers, desired *cache.DesiredState, changed func(csivolume.UniqueName)) *Populator {
+func New(listers Listers, desired *cache.DesiredState, changed func(volumename.UniqueName)) *Populator {
 	return &Populator{
 		listers:    listers,
 		desired:    desired,
@@ -221,7 +221,7 @@ func (p *Populator) setDrivers(podKey string, drivers []string) {
 	}
 }
 
-func (p *Populator) report(changed []csivolume.UniqueName) {
+func (p *Populator) report(changed []volumename.UniqueName) {
 	for _, name := range changed {
 		p.changed(name)
 	}
@@ -229,7 +229,7 @@ func (p *Populator) report(changed []csivolume.UniqueName) {
 
 // PodNeeds tells whether the pod, as given (for instance read from the API server
 // rather than the informer), counts and needs the volume.
-func (p *Populator) PodNeeds(ctx context.Context, pod *v1.Pod, volume csivolume.UniqueName) bool {
+func (p *Populator) PodNeeds(ctx context.Context, pod *v1.Pod, volume volumename.UniqueName) bool {
 	if !needsVolumes(pod) {
 		return false
 	}

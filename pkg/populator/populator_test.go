@@ -14,8 +14,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const (
@@ -28,7 +28,7 @@ const (
 type world struct {
 	pods, claims, pvs, drivers toolscache.Indexer
 	desired                    *cache.DesiredState
-	changed                    []csivolume.UniqueName
+	changed                    []volumename.UniqueName
 	pop                        *populator.Populator
 }
 
@@ -50,7 +50,7 @@ func newWorld(t *testing.T, objs ...any) *world {
 		Claims:     corelisters.NewPersistentVolumeClaimLister(w.claims),
 		PVs:        corelisters.NewPersistentVolumeLister(w.pvs),
 		Drivers:    storagelisters.NewCSIDriverLister(w.drivers),
-	}, w.desired, func(name csivolume.UniqueName) { w.changed = append(w.changed, name) })
+	}, w.desired, func(name volumename.UniqueName) { w.changed = append(w.changed, name) })
 	for _, obj := range objs {
 		w.add(t, obj)
 	}
@@ -160,7 +160,7 @@ func csiDriver(name string, attachRequired *bool) *storagev1.CSIDriver {
 
 func pvVolume(name, handle string, multi bool) cache.Volume {
 	return cache.Volume{
-		Name:        csivolume.NewUniqueName(driver, handle),
+		Name:        volumename.CSI(driver, handle),
 		Driver:      driver,
 		Handle:      handle,
 		PVName:      name,
@@ -443,7 +443,7 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			pod:  runningPod("web", claimVolume("data", "data")),
 			objs: []any{claim, gcePV},
 			want: cache.Volume{
-				Name:   csivolume.NewUniqueName(gceDriver, "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"),
+				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"),
 				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1",
 				PVName: "pv-gce", DisplayName: "pv-gce",
 			},
@@ -453,7 +453,7 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			pod:  runningPod("web", claimVolume("data", "data")),
 			objs: []any{ebsClaim, ebsPV},
 			want: cache.Volume{
-				Name:   csivolume.NewUniqueName(ebsDriver, "vol-0123"),
+				Name:   volumename.CSI(ebsDriver, "vol-0123"),
 				Driver: ebsDriver, Handle: "vol-0123",
 				PVName: "pv-ebs", DisplayName: "pv-ebs", MultiAttach: true,
 			},
@@ -461,14 +461,14 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 		{
 			name:       "inline awsElasticBlockStore",
 			pod:        runningPod("web", inlineEBS),
-			want:       cache.Volume{Name: csivolume.NewUniqueName(ebsDriver, "vol-0456"), Driver: ebsDriver, Handle: "vol-0456", DisplayName: "disk"},
+			want:       cache.Volume{Name: volumename.CSI(ebsDriver, "vol-0456"), Driver: ebsDriver, Handle: "vol-0456", DisplayName: "disk"},
 			wantInline: true,
 		},
 		{
 			name: "inline gcePersistentDisk",
 			pod:  runningPod("web", inlineGCE),
 			want: cache.Volume{
-				Name:   csivolume.NewUniqueName(gceDriver, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
+				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
 				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2", DisplayName: "pd",
 			},
 			wantInline: true,
@@ -507,7 +507,7 @@ func TestSyncPodReportsChanges(t *testing.T) {
 	claim := boundClaim("data", "pv-1")
 	pv := csiPV("pv-1", "h-1", claim, v1.ReadWriteOnce)
 	pod := runningPod("web", claimVolume("data", "data"))
-	vol := csivolume.NewUniqueName(driver, "h-1")
+	vol := volumename.CSI(driver, "h-1")
 	w := newWorld(t, pod, claim)
 	ctx := context.Background()
 
@@ -521,7 +521,7 @@ func TestSyncPodReportsChanges(t *testing.T) {
 		t.Errorf("PodsForPV() = %q, want [app/web]", got)
 	}
 	w.pop.SyncPod(ctx, "app/web")
-	if !slices.Equal(w.changed, []csivolume.UniqueName{vol}) || !w.desired.IsDesired(vol, node) {
+	if !slices.Equal(w.changed, []volumename.UniqueName{vol}) || !w.desired.IsDesired(vol, node) {
 		t.Errorf("PV added: changed %q, desired on node %v, want [%s] and true", w.changed, w.desired.IsDesired(vol, node), vol)
 	}
 
@@ -533,7 +533,7 @@ func TestSyncPodReportsChanges(t *testing.T) {
 
 	w.remove(t, pod)
 	w.pop.SyncPod(ctx, "app/web")
-	if !slices.Equal(w.changed, []csivolume.UniqueName{vol}) || w.desired.IsDesired(vol, node) {
+	if !slices.Equal(w.changed, []volumename.UniqueName{vol}) || w.desired.IsDesired(vol, node) {
 		t.Errorf("pod deleted: changed %q, desired on node %v, want [%s] and false", w.changed, w.desired.IsDesired(vol, node), vol)
 	}
 }
@@ -643,7 +643,7 @@ func TestPodsForDriver(t *testing.T) {
 
 	w.remove(t, csiDriver(driver, &no))
 	w.pop.SyncPod(ctx, "app/web")
-	if !w.desired.IsDesired(csivolume.NewUniqueName(driver, "h-1"), node) {
+	if !w.desired.IsDesired(volumename.CSI(driver, "h-1"), node) {
 		t.Error("volume not desired once the CSIDriver object is gone")
 	}
 
@@ -669,7 +669,7 @@ func TestVolumeOfInlineSpec(t *testing.T) {
 				AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h"}},
 			},
-			want:   cache.Volume{Name: csivolume.NewUniqueName(driver, "h"), Driver: driver, Handle: "h"},
+			want:   cache.Volume{Name: volumename.CSI(driver, "h"), Driver: driver, Handle: "h"},
 			wantOK: true,
 		},
 	}
@@ -755,7 +755,7 @@ func TestSyncPodEveryMigratableInTreePV(t *testing.T) {
 			w := newWorld(t, pod, claim, pv)
 			w.pop.SyncPod(context.Background(), "app/web")
 			want := []cache.Volume{{
-				Name: csivolume.NewUniqueName(tc.wantDriver, tc.wantHandle), Driver: tc.wantDriver, Handle: tc.wantHandle,
+				Name: volumename.CSI(tc.wantDriver, tc.wantHandle), Driver: tc.wantDriver, Handle: tc.wantHandle,
 				PVName: "pv-1", DisplayName: "pv-1",
 			}}
 			if got := w.volumesOf(pod); !slices.Equal(got, want) {

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // podVolumes returns the attachable volumes the pod needs, and every CSI driver its
@@ -61,12 +61,12 @@ func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) 
 		}
 		spec := pv.Spec
 		return cache.Volume{
-			Name:        csivolume.NewUniqueName(spec.CSI.Driver, spec.CSI.VolumeHandle),
+			Name:        volumename.CSI(spec.CSI.Driver, spec.CSI.VolumeHandle),
 			Driver:      spec.CSI.Driver,
 			Handle:      spec.CSI.VolumeHandle,
 			InlineSpec:  &spec,
 			DisplayName: podVol.Name,
-			MultiAttach: csivolume.MultiAttachAllowed(spec.AccessModes),
+			MultiAttach: volumename.MultiAttachAllowed(spec.AccessModes),
 		}, true, nil
 	}
 	return cache.Volume{}, false, nil
@@ -116,12 +116,12 @@ func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.V
 	}
 	src := csiPV.Spec.CSI
 	return cache.Volume{
-		Name:        csivolume.NewUniqueName(src.Driver, src.VolumeHandle),
+		Name:        volumename.CSI(src.Driver, src.VolumeHandle),
 		Driver:      src.Driver,
 		Handle:      src.VolumeHandle,
 		PVName:      pv.Name,
 		DisplayName: pv.Name,
-		MultiAttach: csivolume.MultiAttachAllowed(pv.Spec.AccessModes),
+		MultiAttach: volumename.MultiAttachAllowed(pv.Spec.AccessModes),
 	}, true, nil
 }
 
@@ -147,10 +147,10 @@ func VolumeOfInlineSpec(spec *v1.PersistentVolumeSpec) (cache.Volume, bool) {
 		return cache.Volume{}, false
 	}
 	return cache.Volume{
-		Name:        csivolume.NewUniqueName(spec.CSI.Driver, spec.CSI.VolumeHandle),
+		Name:        volumename.CSI(spec.CSI.Driver, spec.CSI.VolumeHandle),
 		Driver:      spec.CSI.Driver,
 		Handle:      spec.CSI.VolumeHandle,
 		InlineSpec:  spec,
-		MultiAttach: csivolume.MultiAttachAllowed(spec.AccessModes),
+		MultiAttach: volumename.MultiAttachAllowed(spec.AccessModes),
 	}, true
 }

@@ -19,10 +19,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // Executor starts attach and detach operations.
@@ -31,7 +31,7 @@ type Executor interface {
 	// when another node holds a single-attach volume.
 	Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error
 	Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error
-	IsRunning(volume csivolume.UniqueName, node string) bool
+	IsRunning(volume volumename.UniqueName, node string) bool
 	// AttachObserved tells the executor that the volume is attached to the node,
 	// so that an attach that had failed (timed out, attachError) and then
 	// succeeded on the driver's side is reported as a success.
@@ -60,7 +60,7 @@ type Config struct {
 // Reconciler reconciles volumes taken from its work queue.
 type Reconciler struct {
 	cfg   Config
-	queue workqueue.TypedDelayingInterface[csivolume.UniqueName]
+	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
 }
 
 // New returns a Reconciler.
@@ -71,12 +71,12 @@ func New(cfg Config) *Reconciler {
 	return &Reconciler{
 		cfg: cfg,
 		queue: workqueue.NewTypedDelayingQueueWithConfig(
-			workqueue.TypedDelayingQueueConfig[csivolume.UniqueName]{Name: "volumes"}),
+			workqueue.TypedDelayingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
 	}
 }
 
 // Enqueue asks for the volume to be reconciled.
-func (r *Reconciler) Enqueue(name csivolume.UniqueName) { r.queue.Add(name) }
+func (r *Reconciler) Enqueue(name volumename.UniqueName) { r.queue.Add(name) }
 
 // QueueLength returns how many volumes wait to be reconciled.
 func (r *Reconciler) QueueLength() int { return r.queue.Len() }
@@ -108,7 +108,7 @@ func (r *Reconciler) work(ctx context.Context) {
 
 // Sync reconciles one volume across all nodes and returns when it should be looked
 // at again (0: when something changes).
-func (r *Reconciler) Sync(ctx context.Context, name csivolume.UniqueName) time.Duration {
+func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.Duration {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "volume", name)
 	ctx = klog.NewContext(ctx, logger)
 	desired, _ := r.cfg.Desired.Volume(name)

@@ -23,11 +23,11 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const maxWait = 6 * time.Minute
@@ -225,10 +225,10 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		Metrics: metrics.New(),
 		Timeout: opts.timeout,
 		Wanted:  h.desired.IsDesired,
-		NeededOnNode: func(_ context.Context, v csivolume.UniqueName, node string) (bool, error) {
+		NeededOnNode: func(_ context.Context, v volumename.UniqueName, node string) (bool, error) {
 			return h.desired.IsDesired(v, node), nil
 		},
-		Done: func(csivolume.UniqueName) { h.ended.Add(1) },
+		Done: func(volumename.UniqueName) { h.ended.Add(1) },
 	})}
 	h.r = reconciler.New(reconciler.Config{
 		Desired:                     h.desired,
@@ -271,11 +271,11 @@ func (h *harness) waitIdle() {
 
 var (
 	rwo = cache.Volume{
-		Name: csivolume.NewUniqueName("d", "h-rwo"), Driver: "d", Handle: "h-rwo",
+		Name: volumename.CSI("d", "h-rwo"), Driver: "d", Handle: "h-rwo",
 		PVName: "pv-rwo", DisplayName: "pv-rwo",
 	}
 	rwx = cache.Volume{
-		Name: csivolume.NewUniqueName("d", "h-rwx"), Driver: "d", Handle: "h-rwx",
+		Name: volumename.CSI("d", "h-rwx"), Driver: "d", Handle: "h-rwx",
 		PVName: "pv-rwx", DisplayName: "pv-rwx", MultiAttach: true,
 	}
 )
@@ -295,7 +295,7 @@ func mounting(vols ...cache.Volume) nodeOpt {
 }
 
 func (h *harness) node(name string, opts ...nodeOpt) {
-	n := cache.Node{Name: name, Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[csivolume.UniqueName]struct{}{}}
+	n := cache.Node{Name: name, Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[volumename.UniqueName]struct{}{}}
 	for _, o := range opts {
 		o(&n)
 	}
@@ -307,7 +307,7 @@ func (h *harness) pod(namespace, name, node string, vol cache.Volume) {
 }
 
 func vaName(vol cache.Volume, node string) string {
-	return csivolume.AttachmentName(vol.Handle, vol.Driver, node)
+	return volumename.AttachmentName(vol.Handle, vol.Driver, node)
 }
 
 // attachment records a VolumeAttachment for the volume on the node: on the API

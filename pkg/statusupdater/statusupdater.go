@@ -25,9 +25,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // Updater keeps node.status.volumesAttached in step with the actual state.
@@ -250,10 +250,10 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 
 // desiredList is the CSI volumes the actual state reports, sorted, after the
 // entries of other plugins that the node already lists.
-func desiredList(current []v1.AttachedVolume, reported []csivolume.UniqueName) []v1.AttachedVolume {
+func desiredList(current []v1.AttachedVolume, reported []volumename.UniqueName) []v1.AttachedVolume {
 	out := make([]v1.AttachedVolume, 0, len(reported))
 	for _, av := range current {
-		if !csivolume.IsCSI(csivolume.UniqueName(av.Name)) {
+		if !volumename.IsCSI(volumename.UniqueName(av.Name)) {
 			out = append(out, av)
 		}
 	}

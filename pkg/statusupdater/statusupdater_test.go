@@ -17,21 +17,21 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/csivolume"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/statusupdater"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 const nodeName = "node-1"
 
 var (
-	volA   = csivolume.NewUniqueName("d", "a")
-	volB   = csivolume.NewUniqueName("d", "b")
-	volC   = csivolume.NewUniqueName("d", "c")
+	volA   = volumename.CSI("d", "a")
+	volB   = volumename.CSI("d", "b")
+	volC   = volumename.CSI("d", "c")
 	inTree = v1.AttachedVolume{Name: "kubernetes.io/aws-ebs/aws://us-east-1a/vol-1", DevicePath: "/dev/xvdf"}
 )
 
-func csiEntry(name csivolume.UniqueName) v1.AttachedVolume {
+func csiEntry(name volumename.UniqueName) v1.AttachedVolume {
 	return v1.AttachedVolume{Name: v1.UniqueVolumeName(name), DevicePath: ""}
 }
 
@@ -71,7 +71,7 @@ func newHarness(t *testing.T, informerNode *v1.Node, serverNodes ...runtime.Obje
 	return h
 }
 
-func (h *harness) attach(name csivolume.UniqueName, attached bool) {
+func (h *harness) attach(name volumename.UniqueName, attached bool) {
 	h.actual.Observe(cache.Observation{
 		Volume: name, Node: nodeName, VolumeAttachment: "va-" + string(name), Attached: attached,
 	})
@@ -124,40 +124,40 @@ func TestSync(t *testing.T) {
 		name string
 		// node is the informer's and the server's copy; nil when the node is gone.
 		node     *v1.Node
-		attached []csivolume.UniqueName
-		pending  []csivolume.UniqueName
-		hidden   []csivolume.UniqueName
+		attached []volumename.UniqueName
+		pending  []volumename.UniqueName
+		hidden   []volumename.UniqueName
 		// want is the list of the single patch expected; nil means no request.
 		want []v1.AttachedVolume
 	}{
 		{
 			name:     "nothing listed, two attached: one patch with both",
 			node:     managedNode("1"),
-			attached: []csivolume.UniqueName{volB, volA},
+			attached: []volumename.UniqueName{volB, volA},
 			want:     []v1.AttachedVolume{csiEntry(volA), csiEntry(volB)},
 		},
 		{
 			name:     "already listed: no request",
 			node:     managedNode("1", csiEntry(volA), csiEntry(volB)),
-			attached: []csivolume.UniqueName{volA, volB},
+			attached: []volumename.UniqueName{volA, volB},
 		},
 		{
 			name:     "listed in another order: no request",
 			node:     managedNode("1", csiEntry(volB), csiEntry(volA)),
-			attached: []csivolume.UniqueName{volA, volB},
+			attached: []volumename.UniqueName{volA, volB},
 		},
 		{
 			name:     "not attached yet: not listed",
 			node:     managedNode("1"),
-			attached: []csivolume.UniqueName{volA},
-			pending:  []csivolume.UniqueName{volB},
+			attached: []volumename.UniqueName{volA},
+			pending:  []volumename.UniqueName{volB},
 			want:     []v1.AttachedVolume{csiEntry(volA)},
 		},
 		{
 			name:     "hidden during a detach: removed",
 			node:     managedNode("1", csiEntry(volA), csiEntry(volB)),
-			attached: []csivolume.UniqueName{volA, volB},
-			hidden:   []csivolume.UniqueName{volB},
+			attached: []volumename.UniqueName{volA, volB},
+			hidden:   []volumename.UniqueName{volB},
 			want:     []v1.AttachedVolume{csiEntry(volA)},
 		},
 		{
@@ -168,7 +168,7 @@ func TestSync(t *testing.T) {
 		{
 			name:     "entries of other plugins kept",
 			node:     managedNode("1", inTree, csiEntry(volC)),
-			attached: []csivolume.UniqueName{volA},
+			attached: []volumename.UniqueName{volA},
 			want:     []v1.AttachedVolume{inTree, csiEntry(volA)},
 		},
 		{
@@ -178,26 +178,26 @@ func TestSync(t *testing.T) {
 		{
 			name:     "CSI entry with a device path rewritten",
 			node:     managedNode("1", v1.AttachedVolume{Name: v1.UniqueVolumeName(volA), DevicePath: "/dev/sdb"}),
-			attached: []csivolume.UniqueName{volA},
+			attached: []volumename.UniqueName{volA},
 			want:     []v1.AttachedVolume{csiEntry(volA)},
 		},
 		{
 			name:     "deleted node: no request",
-			attached: []csivolume.UniqueName{volA},
+			attached: []volumename.UniqueName{volA},
 		},
 		{
 			name: "unmanaged node: no request",
 			node: &v1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "1"},
 			},
-			attached: []csivolume.UniqueName{volA},
+			attached: []volumename.UniqueName{volA},
 		},
 		{
 			name: "annotation not true: no request",
 			node: &v1.Node{
 				ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "1", Annotations: map[string]string{cache.ManagedAnnotation: "false"}},
 			},
-			attached: []csivolume.UniqueName{volA},
+			attached: []volumename.UniqueName{volA},
 		},
 	}
 	for _, tc := range tests {

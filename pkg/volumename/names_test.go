@@ -1,4 +1,4 @@
-package csivolume
+package volumename
 
 import (
 	"crypto/sha256"
@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-func TestNewUniqueName(t *testing.T) {
+func TestCSI(t *testing.T) {
 	tests := []struct {
 		name   string
 		driver string
@@ -21,8 +21,8 @@ func TestNewUniqueName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := NewUniqueName(tc.driver, tc.handle); got != tc.want {
-				t.Errorf("NewUniqueName(%q, %q) = %q, want %q", tc.driver, tc.handle, got, tc.want)
+			if got := CSI(tc.driver, tc.handle); got != tc.want {
+				t.Errorf("CSI(%q, %q) = %q, want %q", tc.driver, tc.handle, got, tc.want)
 			}
 		})
 	}
@@ -68,7 +68,7 @@ func TestUniqueNameRoundTrip(t *testing.T) {
 	handles := []string{"vol-1", "^", "a^b", "^leading", "trailing^", "projects/p/zones/z/disks/d^x"}
 	for _, handle := range handles {
 		t.Run(handle, func(t *testing.T) {
-			driver, got, err := ParseUniqueName(NewUniqueName("example.csi.k8s.io", handle))
+			driver, got, err := ParseUniqueName(CSI("example.csi.k8s.io", handle))
 			if err != nil {
 				t.Fatalf("ParseUniqueName: %v", err)
 			}
@@ -146,5 +146,63 @@ func TestMultiAttachAllowed(t *testing.T) {
 				t.Errorf("MultiAttachAllowed(%v) = %v, want %v", tc.modes, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestInTreeNames(t *testing.T) {
+	lun := int32(3)
+	tests := []struct {
+		name string
+		got  func() (UniqueName, error)
+		want UniqueName
+	}{
+		{"iSCSI", func() (UniqueName, error) { return ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:storage.disk1", 0), nil },
+			"kubernetes.io/iscsi/10.0.0.1:3260:iqn.2001-04.com.example:storage.disk1:0"},
+		{"FC target WWNs and LUN", func() (UniqueName, error) {
+			return FC([]string{"50060e801049cfd1", "50060e801049cfd2"}, &lun, nil)
+		}, "kubernetes.io/fc/[50060e801049cfd1 50060e801049cfd2]:3"},
+		{"FC WWIDs", func() (UniqueName, error) {
+			return FC(nil, nil, []string{"3600508b400105e210000900000490000"})
+		}, "kubernetes.io/fc/[3600508b400105e210000900000490000]"},
+		{"FC target WWNs win over WWIDs", func() (UniqueName, error) {
+			return FC([]string{"50060e801049cfd1"}, &lun, []string{"wwid"})
+		}, "kubernetes.io/fc/[50060e801049cfd1]:3"},
+		{"FC target WWNs without a LUN fall back to WWIDs", func() (UniqueName, error) {
+			return FC([]string{"50060e801049cfd1"}, nil, []string{"wwid"})
+		}, "kubernetes.io/fc/[wwid]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.got()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+			if !ReportOnly(got) || IsCSI(got) {
+				t.Errorf("%q: ReportOnly = %v, IsCSI = %v, want true, false", got, ReportOnly(got), IsCSI(got))
+			}
+		})
+	}
+	if _, err := FC([]string{"50060e801049cfd1"}, nil, nil); err == nil {
+		t.Error("FC with target WWNs, no LUN and no WWIDs gave a name, want an error")
+	}
+}
+
+func TestPluginLabel(t *testing.T) {
+	tests := []struct {
+		in   UniqueName
+		want string
+	}{
+		{"kubernetes.io/csi/example.csi.k8s.io^vol-1", "kubernetes.io/csi:example.csi.k8s.io"},
+		{"kubernetes.io/iscsi/10.0.0.1:3260:iqn.x:0", "kubernetes.io/iscsi"},
+		{"kubernetes.io/fc/[a b]:0", "kubernetes.io/fc"},
+		{"garbage", "N/A"},
+	}
+	for _, tc := range tests {
+		if got := PluginLabel(tc.in); got != tc.want {
+			t.Errorf("PluginLabel(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
