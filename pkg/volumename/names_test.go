@@ -156,7 +156,9 @@ func TestInTreeNames(t *testing.T) {
 		got  func() (UniqueName, error)
 		want UniqueName
 	}{
-		{"iSCSI", func() (UniqueName, error) { return ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:storage.disk1", 0), nil },
+		{"iSCSI", func() (UniqueName, error) {
+			return ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:storage.disk1", 0), nil
+		},
 			"kubernetes.io/iscsi/10.0.0.1:3260:iqn.2001-04.com.example:storage.disk1:0"},
 		{"FC target WWNs and LUN", func() (UniqueName, error) {
 			return FC([]string{"50060e801049cfd1", "50060e801049cfd2"}, &lun, nil)
