@@ -155,7 +155,7 @@ func (d *DesiredState) removePodVolume(podKey, node string, name volumename.Uniq
 
 func sameSpec(a, b Volume) bool {
 	return a.Name == b.Name && a.Driver == b.Driver && a.Handle == b.Handle && a.PVName == b.PVName &&
-		a.DisplayName == b.DisplayName && a.MultiAttach == b.MultiAttach && (a.InlineSpec == nil) == (b.InlineSpec == nil)
+		a.DisplayName == b.DisplayName && a.MultiAttach == b.MultiAttach && a.Migrated == b.Migrated && (a.InlineSpec == nil) == (b.InlineSpec == nil)
 }
 
 // Volume returns a copy of the desired state of one volume.

@@ -30,6 +30,9 @@ type Volume struct {
 	DisplayName string
 	// MultiAttach tells whether the volume may be attached to several nodes at once.
 	MultiAttach bool
+	// Migrated is set for an in-tree volume, inline or in a PV, that was
+	// translated to CSI.
+	Migrated bool
 }
 
 // PodRef names a pod that needs a volume; events about the volume go on it.

@@ -445,7 +445,7 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			want: cache.Volume{
 				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"),
 				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1",
-				PVName: "pv-gce", DisplayName: "pv-gce",
+				PVName: "pv-gce", DisplayName: "pv-gce", Migrated: true,
 			},
 		},
 		{
@@ -455,13 +455,13 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			want: cache.Volume{
 				Name:   volumename.CSI(ebsDriver, "vol-0123"),
 				Driver: ebsDriver, Handle: "vol-0123",
-				PVName: "pv-ebs", DisplayName: "pv-ebs", MultiAttach: true,
+				PVName: "pv-ebs", DisplayName: "pv-ebs", MultiAttach: true, Migrated: true,
 			},
 		},
 		{
 			name:       "inline awsElasticBlockStore",
 			pod:        runningPod("web", inlineEBS),
-			want:       cache.Volume{Name: volumename.CSI(ebsDriver, "vol-0456"), Driver: ebsDriver, Handle: "vol-0456", DisplayName: "disk"},
+			want:       cache.Volume{Name: volumename.CSI(ebsDriver, "vol-0456"), Driver: ebsDriver, Handle: "vol-0456", DisplayName: "disk", Migrated: true},
 			wantInline: true,
 		},
 		{
@@ -469,7 +469,7 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			pod:  runningPod("web", inlineGCE),
 			want: cache.Volume{
 				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
-				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2", DisplayName: "pd",
+				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2", DisplayName: "pd", Migrated: true,
 			},
 			wantInline: true,
 		},
@@ -669,7 +669,7 @@ func TestVolumeOfInlineSpec(t *testing.T) {
 				AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h"}},
 			},
-			want:   cache.Volume{Name: volumename.CSI(driver, "h"), Driver: driver, Handle: "h"},
+			want:   cache.Volume{Name: volumename.CSI(driver, "h"), Driver: driver, Handle: "h", Migrated: true},
 			wantOK: true,
 		},
 	}
@@ -756,7 +756,7 @@ func TestSyncPodEveryMigratableInTreePV(t *testing.T) {
 			w.pop.SyncPod(context.Background(), "app/web")
 			want := []cache.Volume{{
 				Name: volumename.CSI(tc.wantDriver, tc.wantHandle), Driver: tc.wantDriver, Handle: tc.wantHandle,
-				PVName: "pv-1", DisplayName: "pv-1",
+				PVName: "pv-1", DisplayName: "pv-1", Migrated: true,
 			}}
 			if got := w.volumesOf(pod); !slices.Equal(got, want) {
 				t.Errorf("desired volumes = %+v, want %+v", got, want)

@@ -67,6 +67,7 @@ func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) 
 			InlineSpec:  &spec,
 			DisplayName: podVol.Name,
 			MultiAttach: volumename.MultiAttachAllowed(spec.AccessModes),
+			Migrated:    true,
 		}, true, nil
 	}
 	return cache.Volume{}, false, nil
@@ -122,6 +123,7 @@ func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.V
 		PVName:      pv.Name,
 		DisplayName: pv.Name,
 		MultiAttach: volumename.MultiAttachAllowed(pv.Spec.AccessModes),
+		Migrated:    csiPV != pv,
 	}, true, nil
 }
 
@@ -152,5 +154,6 @@ func VolumeOfInlineSpec(spec *v1.PersistentVolumeSpec) (cache.Volume, bool) {
 		Handle:      spec.CSI.VolumeHandle,
 		InlineSpec:  spec,
 		MultiAttach: volumename.MultiAttachAllowed(spec.AccessModes),
+		Migrated:    true,
 	}, true
 }
