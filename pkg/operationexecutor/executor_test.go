@@ -392,7 +392,7 @@ func TestAttachOutcome(t *testing.T) {
 			observe: func(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment {
 				return withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true })
 			},
-			wantEvent: `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`,
+			wantEvent: `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `,
 		},
 		{
 			name:    "attach error",
@@ -474,7 +474,7 @@ func TestAttachToExistingAttachedVolumeAttachment(t *testing.T) {
 		t.Fatalf("Attach: %v", err)
 	}
 	h.waitDone(t)
-	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	if got := h.events(); !slices.Equal(got, []string{want}) {
 		t.Errorf("events = %q, want %q", got, want)
 	}
@@ -494,7 +494,7 @@ func TestAttachBeforeTheInformerSeesTheNewObject(t *testing.T) {
 	}
 	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
 	h.waitDone(t)
-	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	if got := h.events(); !slices.Equal(got, []string{want}) {
 		t.Errorf("events = %q, want %q", got, want)
 	}

@@ -752,7 +752,7 @@ func TestAttachAndDetachDoNotShareOneBackoff(t *testing.T) {
 // external-attacher finished after the operation gave up follows a failed attach,
 // not a failed detach.
 func TestAttachObservedReportsOnlyAFailedAttach(t *testing.T) {
-	success := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	success := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	for _, tc := range []struct {
 		name      string
 		fail      func(t *testing.T) *execHarness

@@ -191,7 +191,7 @@ func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, at
 		err := r.cfg.Executor.Attach(ctx, spec, nodeName, pods)
 		var held *operationexecutor.HeldError
 		if errors.As(err, &held) {
-			r.reportMultiAttach(ctx, desired, nodeName, held.Nodes)
+			r.reportWaitingForDetach(ctx, desired, nodeName, held.Nodes)
 			continue
 		}
 		if r.handleStartError(ctx, err, nodeName, next) && !spec.MultiAttach {
@@ -229,7 +229,7 @@ func (r *Reconciler) handleStartError(ctx context.Context, err error, node strin
 	return false
 }
 
-func (r *Reconciler) reportMultiAttach(ctx context.Context, desired cache.DesiredVolume, node string, holders []string) {
+func (r *Reconciler) reportWaitingForDetach(ctx context.Context, desired cache.DesiredVolume, node string, holders []string) {
 	if !r.cfg.Desired.MarkMultiAttachReported(desired.Spec.Name, node) {
 		return
 	}
@@ -238,10 +238,10 @@ func (r *Reconciler) reportMultiAttach(ctx context.Context, desired cache.Desire
 		holdingPods = append(holdingPods, desired.Nodes[h]...)
 	}
 	r.cfg.Metrics.MultiAttachRefusals.Inc()
-	klog.FromContext(ctx).Info("Multi-Attach error: single-attach volume is held by another node",
+	klog.FromContext(ctx).Info("Waiting for detach: single-attach volume is held by another node",
 		"node", node, "attachedTo", holders, "pods", podKeys(holdingPods))
 	r.cfg.Events.EmitEach(desired.Nodes[node], v1.EventTypeWarning, podevents.ReasonFailedAttach, func(p cache.PodRef) string {
-		return podevents.MultiAttach(desired.Spec.DisplayName, p.Namespace, holdingPods)
+		return podevents.WaitingForDetach(desired.Spec.DisplayName, p.Namespace, holdingPods)
 	})
 }
 

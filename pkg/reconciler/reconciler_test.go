@@ -359,9 +359,9 @@ var vaResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
 
 func TestSyncRules(t *testing.T) {
 	const (
-		sameNamespaceHolder  = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by pod(s) db-a`
-		otherNamespaceHolder = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by 1 pod(s) in different namespaces`
-		noHolder             = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already exclusively attached to one node and can't be attached to another`
+		sameNamespaceHolder  = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already used by pod(s) db-a`
+		otherNamespaceHolder = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already used by 1 pod(s) in different namespaces`
+		noHolder             = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`
 	)
 	tests := []struct {
 		name               string
@@ -785,7 +785,7 @@ func TestMultiAttachEventOncePerWait(t *testing.T) {
 	h.pod("ns", "db-b2", "node-b", rwo)
 	h.attachment(rwo, "node-a", true)
 	ctx := h.ctx
-	want := `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by pod(s) db-a`
+	want := `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already used by pod(s) db-a`
 
 	h.r.Sync(ctx, rwo.Name)
 	if got := h.events(); !slices.Equal(got, []string{want, want}) {

@@ -20,7 +20,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`Multi-Attach error for volume "` + c.Namespace + `-data" Volume is already used by pod(s) app-1`,
+		`Waiting for detach for volume "` + c.Namespace + `-data" Volume is already used by pod(s) app-1`,
 		"$ kubectl events --for pod/app-2 -n " + c.Namespace,
 		"LAST SEEN",
 		"== Done",

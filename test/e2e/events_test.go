@@ -21,7 +21,7 @@ func TestMultiAttachEventsWithKubectl(t *testing.T) {
 	v := c.AttachedVolume("data", "holder", a)
 
 	c.CreatePod("waiter", b, v.Claim)
-	usedBy := `Multi-Attach error for volume "` + v.PV + `" Volume is already used by pod(s) holder`
+	usedBy := `Waiting for detach for volume "` + v.PV + `" Volume is already used by pod(s) holder`
 	c.WaitEvent("waiter", "Warning FailedAttachVolume "+usedBy)
 	c.expectKubectlEvent("waiter", "Warning", "FailedAttachVolume", usedBy)
 
@@ -35,7 +35,7 @@ func TestMultiAttachEventsWithKubectl(t *testing.T) {
 		})
 	})
 	c.CreatePod("late", third, v.Claim)
-	exclusive := `Multi-Attach error for volume "` + v.PV + `" Volume is already exclusively attached to one node and can't be attached to another`
+	exclusive := `Waiting for detach for volume "` + v.PV + `" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`
 	c.WaitEvent("late", "Warning FailedAttachVolume "+exclusive)
 	c.expectKubectlEvent("late", "Warning", "FailedAttachVolume", exclusive)
 }

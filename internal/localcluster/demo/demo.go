@@ -1,7 +1,7 @@
 // Package demo plays a short story on a local cluster and tells what happens at each
 // step, as seen through the API server and by the CSI driver: a pod's
 // ReadWriteOnce volume attached through a VolumeAttachment, csi-attacher and
-// ControllerPublishVolume; a second pod on another node refused with a Multi-Attach
+// ControllerPublishVolume; a second pod on another node kept waiting with a "Waiting for detach"
 // event (shown with the real kubectl); the volume moving once the first pod is gone;
 // a ReadWriteMany volume on every node; and everything detached at the end.
 package demo
