@@ -15,11 +15,14 @@ import (
 // Attachment is one VolumeAttachment object for a volume on a node, or one the
 // controller is creating: from the moment its create is sent it may exist, so it
 // counts as holding the volume until the informer or a read from the API server
-// shows otherwise.
+// shows otherwise. For an in-tree iSCSI or Fibre Channel volume, which kubelet
+// attaches itself once node status lists it, an Attachment with no
+// VolumeAttachment name records that the controller reports the volume attached
+// to the node: node status is its only durable record.
 type Attachment struct {
 	Volume volumename.UniqueName
 	Node   string
-	// VolumeAttachment names the object.
+	// VolumeAttachment names the object; empty for a report-only attachment.
 	VolumeAttachment string
 	// UID is empty while the controller's create has no answer.
 	UID types.UID
@@ -41,6 +44,10 @@ type Attachment struct {
 	// the volume's own spec (PV or inline spec) said when the object was seen.
 	MultiAttach bool
 }
+
+// ReportOnly tells whether the attachment is an in-tree volume's report in node
+// status rather than a VolumeAttachment.
+func (a Attachment) ReportOnly() bool { return a.VolumeAttachment == "" }
 
 // Observation is what a VolumeAttachment says about an attachment.
 type Observation struct {
@@ -199,6 +206,34 @@ func (s *ActualState) BeginCreate(volume volumename.UniqueName, node, name strin
 	return true
 }
 
+// AddReportOnly records that an in-tree iSCSI or Fibre Channel volume is attached
+// to the node: node status is to list it, and it holds the volume there until
+// ForgetReportOnly. It reports whether the node's status should change.
+func (s *ActualState) AddReportOnly(volume volumename.UniqueName, node string, multiAttach bool) (nodeStatusChanged bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pairLocked(volume, node)
+	if _, ok := p.objects[""]; ok {
+		return false
+	}
+	wasReported := p.reported()
+	p.objects[""] = &Attachment{Volume: volume, Node: node, Seen: true, Attached: true, MultiAttach: multiAttach}
+	return wasReported != p.reported()
+}
+
+// ForgetReportOnly removes the report-only attachment of the volume to the node,
+// once node status no longer lists it.
+func (s *ActualState) ForgetReportOnly(volume volumename.UniqueName, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pairs[volume][node]
+	if !ok {
+		return
+	}
+	delete(p.objects, "")
+	s.dropIfEmptyLocked(volume, node, p)
+}
+
 // Created records the UID the API server gave an object the controller created,
 // unless the informer has shown that object, or shown it gone, in the meantime.
 func (s *ActualState) Created(name string, uid types.UID) {
@@ -258,15 +293,25 @@ func (s *ActualState) removeLocked(att *Attachment) bool {
 	}
 	wasReported := p.reported()
 	delete(p.objects, att.VolumeAttachment)
-	if len(p.objects) == 0 {
-		delete(nodes, att.Node)
-		if len(nodes) == 0 {
-			delete(s.pairs, att.Volume)
-		}
-		removeFromIndex(s.nodeVols, att.Node, att.Volume)
+	if s.dropIfEmptyLocked(att.Volume, att.Node, p) {
 		return wasReported
 	}
 	return wasReported != p.reported()
+}
+
+// dropIfEmptyLocked forgets the pair once nothing of the volume is left on the
+// node, and reports whether it did.
+func (s *ActualState) dropIfEmptyLocked(volume volumename.UniqueName, node string, p *pair) bool {
+	if len(p.objects) > 0 {
+		return false
+	}
+	nodes := s.pairs[volume]
+	delete(nodes, node)
+	if len(nodes) == 0 {
+		delete(s.pairs, volume)
+	}
+	removeFromIndex(s.nodeVols, node, volume)
+	return true
 }
 
 func (s *ActualState) pairLocked(volume volumename.UniqueName, node string) *pair {

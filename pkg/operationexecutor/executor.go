@@ -5,6 +5,11 @@
 // external-attacher to mark it attached; detaching takes the volume out of node
 // status, confirms that with the API server, and deletes the VolumeAttachment.
 //
+// In-tree iSCSI and Fibre Channel volumes have no VolumeAttachment: kubelet
+// attaches them itself once node status lists them, so attaching them only records
+// them for node status and detaching them only takes them out of it, under the
+// same rules as any other volume.
+//
 // A write whose outcome is unknown (an error other than one the API server gives
 // for a request it refused) is neither success nor failure: an object the
 // controller tried to create counts as existing until the informer shows it or a
@@ -226,6 +231,10 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 		}
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "attach", "volume", vol.Name, "node", node)
+	if volumename.ReportOnly(vol.Name) {
+		e.attachReportOnly(logger, key, vol, node, pods)
+		return nil
+	}
 	e.start(key, node, attachKind, func() error {
 		started := time.Now()
 		err := e.attach(klog.NewContext(ctx, logger), vol, node)
@@ -243,6 +252,21 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 		return err
 	})
 	return nil
+}
+
+// attachReportOnly attaches an in-tree iSCSI or Fibre Channel volume the way
+// kube-controller-manager does: there is nothing to call, kubelet attaches it
+// once node status lists it, so the attachment is recorded and node status is
+// written soon after.
+func (e *Executor) attachReportOnly(logger klog.Logger, key lockKey, vol cache.Volume, node string, pods []cache.PodRef) {
+	started := time.Now()
+	if e.cfg.Actual.AddReportOnly(vol.Name, node, vol.MultiAttach) {
+		e.cfg.NodeStatus.Enqueue(node)
+	}
+	e.abandon(key)
+	e.cfg.Metrics.ObserveOperation("attach", started, nil)
+	logger.V(2).Info("Volume attached; node status will list it for kubelet to attach")
+	e.cfg.Events.Emit(pods, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, podevents.AttachSucceeded(vol.DisplayName))
 }
 
 func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) error {
@@ -447,6 +471,12 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 		return ErrWanted
 	}
 	for _, att := range on.Objects {
+		if att.ReportOnly() {
+			// Node status, as the API server confirmed it above, no longer
+			// lists the volume: that was the whole detach.
+			e.cfg.Actual.ForgetReportOnly(on.Volume, on.Node)
+			continue
+		}
 		if att.Deleting {
 			continue
 		}
@@ -461,6 +491,9 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	waitCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	for _, att := range on.Objects {
+		if att.ReportOnly() {
+			continue
+		}
 		if err := e.waitGone(waitCtx, att); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				return fmt.Errorf("timed out after %s waiting for VolumeAttachment %s to be deleted", e.cfg.Timeout, att.VolumeAttachment)

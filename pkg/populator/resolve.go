@@ -29,18 +29,19 @@ func (p *Populator) podVolumes(logger klog.Logger, pod *v1.Pod) ([]cache.Volume,
 		if !ok {
 			continue
 		}
-		if !slices.Contains(drivers, vol.Driver) {
+		if vol.Driver != "" && !slices.Contains(drivers, vol.Driver) {
 			drivers = append(drivers, vol.Driver)
 		}
-		if p.attachRequired(vol.Driver) {
+		if vol.Driver == "" || p.attachRequired(vol.Driver) {
 			vols = append(vols, vol)
 		}
 	}
 	return vols, drivers
 }
 
-// resolve turns one pod volume into a CSI volume. ok is false for a volume that
-// never needs attaching (secrets, NFS, CSI ephemeral volumes...).
+// resolve turns one pod volume into an attachable volume: a CSI volume, or an
+// in-tree iSCSI or Fibre Channel volume. ok is false for a volume that never needs
+// attaching (secrets, NFS, CSI ephemeral volumes...).
 func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) (cache.Volume, bool, error) {
 	switch {
 	case podVol.PersistentVolumeClaim != nil || podVol.Ephemeral != nil:
@@ -51,6 +52,16 @@ func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) 
 		return p.fromPV(logger, pv)
 	case podVol.CSI != nil:
 		return cache.Volume{}, false, nil
+	case podVol.ISCSI != nil:
+		src := podVol.ISCSI
+		return inTree(volumename.ISCSI(src.TargetPortal, src.IQN, src.Lun), podVol.Name, "", true), true, nil
+	case podVol.FC != nil:
+		src := podVol.FC
+		name, err := volumename.FC(src.TargetWWNs, src.Lun, src.WWIDs)
+		if err != nil {
+			return cache.Volume{}, false, err
+		}
+		return inTree(name, podVol.Name, "", true), true, nil
 	case p.translator.IsInlineMigratable(podVol):
 		pv, err := p.translator.TranslateInTreeInlineVolumeToCSI(logger, podVol, pod.Namespace)
 		if err != nil {
@@ -99,8 +110,27 @@ func (p *Populator) claimedPV(pod *v1.Pod, podVol *v1.Volume) (*v1.PersistentVol
 	return pv, nil
 }
 
-// fromPV turns a PersistentVolume, CSI or translatable in-tree, into a CSI volume.
+// inTree returns an in-tree iSCSI or Fibre Channel volume. kube-controller-manager
+// does not check one inline in a pod for multi-attach; in a PV the access modes
+// decide.
+func inTree(name volumename.UniqueName, displayName, pvName string, multiAttach bool) cache.Volume {
+	return cache.Volume{Name: name, PVName: pvName, DisplayName: displayName, MultiAttach: multiAttach}
+}
+
+// fromPV turns a PersistentVolume into an attachable volume: CSI, translatable
+// in-tree, iSCSI or Fibre Channel.
 func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.Volume, bool, error) {
+	multiAttach := volumename.MultiAttachAllowed(pv.Spec.AccessModes)
+	switch src := pv.Spec.PersistentVolumeSource; {
+	case src.ISCSI != nil:
+		return inTree(volumename.ISCSI(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun), pv.Name, pv.Name, multiAttach), true, nil
+	case src.FC != nil:
+		name, err := volumename.FC(src.FC.TargetWWNs, src.FC.Lun, src.FC.WWIDs)
+		if err != nil {
+			return cache.Volume{}, false, fmt.Errorf("PersistentVolume %s: %w", pv.Name, err)
+		}
+		return inTree(name, pv.Name, pv.Name, multiAttach), true, nil
+	}
 	csiPV := pv
 	if pv.Spec.CSI == nil {
 		if !p.translator.IsPVMigratable(pv) {
@@ -122,7 +152,7 @@ func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.V
 		Handle:      src.VolumeHandle,
 		PVName:      pv.Name,
 		DisplayName: pv.Name,
-		MultiAttach: volumename.MultiAttachAllowed(pv.Spec.AccessModes),
+		MultiAttach: multiAttach,
 		Migrated:    csiPV != pv,
 	}, true, nil
 }
