@@ -277,10 +277,15 @@ func (h *execHarness) anyRunning(vol volumename.UniqueName) bool {
 
 func (h *execHarness) waitDone(t *testing.T) {
 	t.Helper()
+	h.waitDoneFor(t, testPV.Name)
+}
+
+func (h *execHarness) waitDoneFor(t *testing.T, vol volumename.UniqueName) {
+	t.Helper()
 	select {
 	case v := <-h.done:
-		if v != testPV.Name {
-			t.Errorf("Done(%s), want Done(%s)", v, testPV.Name)
+		if v != vol {
+			t.Errorf("Done(%s), want Done(%s)", v, vol)
 		}
 	case <-time.After(waitLimit):
 		t.Fatal("operation did not end")
