@@ -54,7 +54,7 @@ func (k *Kubelet) volumesReady(p nodePod, attached map[string]bool) bool {
 		return false
 	}
 	for _, v := range p.vols {
-		if !attached[v.uniqueName()] && k.attachRequired(v.driver) {
+		if !attached[v.uniqueName()] && (v.driver == "" || k.attachRequired(v.driver)) {
 			return false
 		}
 	}
