@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestMultiAttachEventsWithKubectl reads the Multi-Attach events back with the real
+// TestWaitingForDetachEventsWithKubectl reads the "Waiting for detach" events back with the real
 // `kubectl events --for pod/NAME -n NS` and matches them against the contract's text:
 // naming the pod that holds the volume, and, once no pod holds it but it is still
 // attached (the first node is unmounting), saying it is exclusively attached.
-func TestMultiAttachEventsWithKubectl(t *testing.T) {
+func TestWaitingForDetachEventsWithKubectl(t *testing.T) {
 	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 3 * time.Second})
 	a, b, third := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	v := c.AttachedVolume("data", "holder", a)

@@ -47,7 +47,7 @@ func TestAttachAndDetach(t *testing.T) {
 }
 
 // TestRWOVolumeMovesBetweenNodes moves a single-attach volume from node A to node
-// B: B waits, with one Multi-Attach event, until A has released it.
+// B: B waits, with one "Waiting for detach" event, until A has released it.
 func TestRWOVolumeMovesBetweenNodes(t *testing.T) {
 	s := newScenario(t, scenarioOptions{SimOptions: suite.SimOptions{UnmountDelay: 500 * time.Millisecond}})
 	a, b := s.Nodes[0], s.Nodes[1]
@@ -70,13 +70,13 @@ func TestRWOVolumeMovesBetweenNodes(t *testing.T) {
 		t.Fatal("B had a VolumeAttachment while A's still existed")
 	}
 	if n := countEqual(s.PodEvents("second"), multi); n != 1 {
-		t.Fatalf("Multi-Attach events on the waiting pod = %d, want 1 per wait", n)
+		t.Fatalf(`"Waiting for detach" events on the waiting pod = %d, want 1 per wait`, n)
 	}
 }
 
-// TestMultiAttachEventHidesOtherNamespaces: a pod must not learn the names of
+// TestWaitingForDetachEventHidesOtherNamespaces: a pod must not learn the names of
 // pods in other namespaces.
-func TestMultiAttachEventHidesOtherNamespaces(t *testing.T) {
+func TestWaitingForDetachEventHidesOtherNamespaces(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	a, b := s.Nodes[0], s.Nodes[1]
 	vol := s.AttachedVolume("data", "owner", a)
