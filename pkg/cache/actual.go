@@ -38,8 +38,9 @@ type Attachment struct {
 	// DeleteUnsettled is set when the controller's delete got no answer and a
 	// read could not learn the outcome either: the object may be on its way out.
 	DeleteUnsettled bool
-	// AttachError mirrors status.attachError.message.
-	AttachError string
+	// AttachError and DetachError mirror status.attachError.message and
+	// status.detachError.message.
+	AttachError, DetachError string
 	// MultiAttach tells whether the volume may be attached to several nodes, as
 	// the volume's own spec (PV or inline spec) said when the object was seen.
 	MultiAttach bool
@@ -58,6 +59,7 @@ type Observation struct {
 	Attached         bool
 	Deleting         bool
 	AttachError      string
+	DetachError      string
 	MultiAttach      bool
 }
 
@@ -184,6 +186,7 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 		Attached:         o.Attached,
 		Deleting:         o.Deleting,
 		AttachError:      o.AttachError,
+		DetachError:      o.DetachError,
 		MultiAttach:      o.MultiAttach,
 	}
 	s.objects[o.VolumeAttachment] = att

@@ -21,6 +21,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -50,6 +51,12 @@ type Options struct {
 	MaxWaitForUnmount time.Duration
 	// DisableForceDetachOnTimeout waits for unmount forever.
 	DisableForceDetachOnTimeout bool
+	// MaxWaitForUnmountPerDriver overrides MaxWaitForUnmount for the CSI drivers
+	// (and in-tree plugins, by plugin name) it names.
+	MaxWaitForUnmountPerDriver map[string]reconciler.DriverUnmountPolicy
+	// DetachOnShutdownTaint treats a node that is not Ready and carries the cloud
+	// provider's shutdown taint like one with the out-of-service taint.
+	DetachOnShutdownTaint bool
 	// SyncPeriod is the period of the full safety pass; DisableSync turns it off.
 	SyncPeriod  time.Duration
 	DisableSync bool
@@ -80,6 +87,10 @@ func (o Options) Validate() error {
 	switch {
 	case o.MaxWaitForUnmount <= 0:
 		return fmt.Errorf("the max wait for unmount must be positive, got %s", o.MaxWaitForUnmount)
+	case slices.ContainsFunc(slices.Collect(maps.Values(o.MaxWaitForUnmountPerDriver)), func(p reconciler.DriverUnmountPolicy) bool {
+		return !p.NeverForce && p.MaxWait <= 0
+	}):
+		return fmt.Errorf("every driver's max wait for unmount must be positive or never")
 	case !o.DisableSync && o.SyncPeriod <= 0:
 		return fmt.Errorf("the reconcile sync period must be positive, got %s", o.SyncPeriod)
 	case o.OperationTimeout <= 0:
@@ -174,15 +185,19 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Done: func(v volumename.UniqueName) { c.reconciler.Enqueue(v) },
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
-		Desired:                     c.desired,
-		Actual:                      c.actual,
-		Nodes:                       c.nodes,
-		Executor:                    c.executor,
-		NodeStatus:                  c.status,
-		Events:                      events,
-		Metrics:                     m,
-		MaxWaitForUnmount:           opts.MaxWaitForUnmount,
-		DisableForceDetachOnTimeout: opts.DisableForceDetachOnTimeout,
+		Desired:    c.desired,
+		Actual:     c.actual,
+		Nodes:      c.nodes,
+		Executor:   c.executor,
+		NodeStatus: c.status,
+		Events:     events,
+		Metrics:    m,
+		UnmountPolicy: reconciler.UnmountPolicy{
+			Default:    reconciler.DriverUnmountPolicy{MaxWait: opts.MaxWaitForUnmount},
+			NeverForce: opts.DisableForceDetachOnTimeout,
+			PerDriver:  opts.MaxWaitForUnmountPerDriver,
+		},
+		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
 	})
 	c.populator = populator.New(populator.Listers{
 		Pods:       inf.pods.Lister(),

@@ -87,6 +87,9 @@ const (
 	ForceOutOfService ForceReason = "out-of-service"
 	// ForceUnmountTimeout: the wait for unmount is over and the node is not Ready.
 	ForceUnmountTimeout ForceReason = "timeout"
+	// ForceShutdown: the node carries the cloud provider's shutdown taint and is
+	// not Ready (only when the operator opted in).
+	ForceShutdown ForceReason = "shutdown"
 )
 
 // HeldError means a single-attach volume cannot be attached because other nodes
@@ -513,6 +516,8 @@ func forceHolds(force ForceReason, node *v1.Node) bool {
 		return cache.IsOutOfService(node)
 	case ForceUnmountTimeout:
 		return !cache.IsReady(node)
+	case ForceShutdown:
+		return cache.IsShutdown(node) && !cache.IsReady(node)
 	}
 	return false
 }

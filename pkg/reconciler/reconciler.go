@@ -49,12 +49,13 @@ type Config struct {
 	NodeStatus interface{ Enqueue(node string) }
 	Events     *podevents.Emitter
 	Metrics    *metrics.Metrics
-	// MaxWaitForUnmount is how long a volume still mounted on a node that no
-	// longer needs it is left attached before a force detach is considered.
-	MaxWaitForUnmount time.Duration
-	// DisableForceDetachOnTimeout keeps waiting for unmount forever.
-	DisableForceDetachOnTimeout bool
-	Now                         func() time.Time
+	// UnmountPolicy says how long a volume still mounted on a node that no longer
+	// needs it is left attached before a force detach is considered.
+	UnmountPolicy UnmountPolicy
+	// DetachOnShutdownTaint lets a node that is not Ready and carries the cloud
+	// provider's shutdown taint lose its volumes at once, as if out of service.
+	DetachOnShutdownTaint bool
+	Now                   func() time.Time
 }
 
 // Reconciler reconciles volumes taken from its work queue.
@@ -132,39 +133,24 @@ func (q *requeue) at(d time.Duration) {
 
 func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.OnNode, next *requeue) {
 	logger := klog.FromContext(ctx)
+	now := r.cfg.Now()
 	for _, on := range attachments {
 		if _, wanted := desired.Nodes[on.Node]; wanted {
 			r.cfg.Actual.EndUnmountWait(on.Volume, on.Node)
 			continue
 		}
-		node := r.cfg.Nodes.Get(on.Node)
-		if node.Exists() && !node.Managed {
-			continue
-		}
-		if on.Deleting() {
-			continue
-		}
-		force := operationexecutor.NotForced
-		if node.Mounted(on.Volume) {
-			if node.OutOfService {
-				force = operationexecutor.ForceOutOfService
-			} else {
-				started := r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, r.cfg.Now())
-				waited := r.cfg.Now().Sub(started)
-				if waited < r.cfg.MaxWaitForUnmount {
-					logger.V(4).Info("Waiting for unmount before detaching", "node", on.Node, "waited", waited)
-					next.at(r.cfg.MaxWaitForUnmount - waited)
-					continue
-				}
-				if r.cfg.DisableForceDetachOnTimeout || node.Ready {
-					logger.V(4).Info("Volume still mounted after the maximum wait; not force-detaching",
-						"node", on.Node, "waited", waited, "nodeReady", node.Ready, "forceDetachDisabled", r.cfg.DisableForceDetachOnTimeout)
-					continue
-				}
-				force = operationexecutor.ForceUnmountTimeout
+		d := r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
+			return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
+		})
+		switch d.Action {
+		case ActionWait:
+			logger.V(4).Info("Not detaching yet", "node", on.Node, "reason", d.Reason)
+			if !d.ForceAt.IsZero() && now.Before(d.ForceAt) {
+				next.at(d.ForceAt.Sub(now))
 			}
+		case ActionDetach:
+			r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, d.Force), on.Node, next)
 		}
-		r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, force), on.Node, next)
 	}
 }
 
@@ -172,20 +158,17 @@ func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, at
 	spec := desired.Spec
 	for _, nodeName := range slices.Sorted(maps.Keys(desired.Nodes)) {
 		pods := desired.Nodes[nodeName]
+		var on *cache.OnNode
 		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == nodeName }); i >= 0 {
-			on := attachments[i]
-			if on.Deleting() {
-				continue
-			}
-			if on.Attached() {
-				r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
-				r.cfg.Executor.AttachObserved(spec, nodeName, pods)
-				r.reportAgain(on)
-				continue
-			}
+			on = &attachments[i]
 		}
-		node := r.cfg.Nodes.Get(nodeName)
-		if !node.Exists() || !node.Managed {
+		switch d := decideAttach(on, r.cfg.Nodes.Get(nodeName)); {
+		case d.Action == ActionNone:
+			r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
+			r.cfg.Executor.AttachObserved(spec, nodeName, pods)
+			r.reportAgain(*on)
+			continue
+		case d.Action != ActionAttach:
 			continue
 		}
 		err := r.cfg.Executor.Attach(ctx, spec, nodeName, pods)
