@@ -52,6 +52,12 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Controller.DisableSync, "disable-attach-detach-reconcile-sync", false, "Turn off the periodic full safety pass.")
 	fs.BoolVar(&o.Controller.DisableForceDetachOnTimeout, "disable-force-detach-on-timeout", false,
 		"Never force-detach a volume still mounted after --max-wait-for-unmount, even from a node that is not Ready.")
+	fs.Var((*driverPolicies)(&o.Controller.MaxWaitForUnmountPerDriver), "max-wait-for-unmount-per-driver",
+		"DRIVER=DURATION or DRIVER=never, comma-separated: overrides --max-wait-for-unmount for the volumes of these CSI drivers "+
+			"(kubernetes.io/iscsi and kubernetes.io/fc name the in-tree plugins); never turns force detach on timeout off for that driver only.")
+	fs.BoolVar(&o.Controller.DetachOnShutdownTaint, "detach-on-shutdown-taint", false,
+		"Detach the volumes of a node that is not Ready and carries the cloud provider's node.cloudprovider.kubernetes.io/shutdown taint at once, "+
+			"as if it had the out-of-service taint. Only safe where that taint means the instance is stopped.")
 	fs.DurationVar(&o.Controller.OperationTimeout, "operation-timeout", o.Controller.OperationTimeout,
 		"How long one attach or detach waits for the CSI external-attacher before it fails and is retried with backoff.")
 	fs.IntVar(&o.Controller.Workers, "workers", o.Controller.Workers, "Volumes reconciled in parallel.")

@@ -2,9 +2,12 @@ package app
 
 import (
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -57,6 +60,21 @@ func TestParseFlags(t *testing.T) {
 			wantErr: "--leader-elect-renew-deadline (10s) must be longer than --leader-elect-retry-period (10s)"},
 		{name: "lease timings ignored without leader election", args: []string{"--leader-elect-renew-deadline=20s"}},
 		{name: "empty lease namespace", args: []string{"--leader-elect", "--leader-elect-resource-namespace="}, wantErr: "must not be empty"},
+		{name: "per-driver unmount waits and the shutdown taint", args: []string{
+			"--max-wait-for-unmount-per-driver=fast.csi.example.com=30s, kubernetes.io/iscsi=never", "--detach-on-shutdown-taint",
+		}, check: func(t *testing.T, o *Options) {
+			want := map[string]reconciler.DriverUnmountPolicy{
+				"fast.csi.example.com": {MaxWait: 30 * time.Second},
+				"kubernetes.io/iscsi":  {NeverForce: true},
+			}
+			if !maps.Equal(o.Controller.MaxWaitForUnmountPerDriver, want) || !o.Controller.DetachOnShutdownTaint {
+				t.Errorf("parsed %v, shutdown taint %v; want %v, true", o.Controller.MaxWaitForUnmountPerDriver, o.Controller.DetachOnShutdownTaint, want)
+			}
+		}},
+		{name: "per-driver wait without a driver", args: []string{"--max-wait-for-unmount-per-driver==30s"}, wantErr: "is not DRIVER=DURATION or DRIVER=never"},
+		{name: "per-driver wait not a duration", args: []string{"--max-wait-for-unmount-per-driver=d=soon"}, wantErr: "driver d: \"soon\" is neither a positive duration nor never"},
+		{name: "per-driver wait of zero", args: []string{"--max-wait-for-unmount-per-driver=d=0s"}, wantErr: "is neither a positive duration nor never"},
+		{name: "per-driver wait given twice", args: []string{"--max-wait-for-unmount-per-driver=d=1m,d=never"}, wantErr: "driver d is given twice"},
 		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "flag provided but not defined"},
 		{name: "bad duration", args: []string{"--max-wait-for-unmount=soon"}, wantErr: "invalid value"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
