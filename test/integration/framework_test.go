@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
@@ -27,6 +28,8 @@ type scenario struct {
 type scenarioOptions struct {
 	suite.SimOptions
 	controllerArgs []string
+	// worldArgs adds controller arguments that name the world's driver or nodes.
+	worldArgs func(*suite.World) []string
 	// noController leaves starting the controller to the test.
 	noController bool
 	// kubeconfig, when set, is the one the controller uses instead of the admin's.
@@ -46,6 +49,10 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 	if kubeconfig == "" {
 		kubeconfig = e.AdminKubeconfig
 	}
+	args := opts.controllerArgs
+	if opts.worldArgs != nil {
+		args = append(slices.Clone(args), opts.worldArgs(s.World)...)
+	}
 	logFile := filepath.Join(t.TempDir(), "controller.log")
 	suite.KeepLogOnFailure(t, e, "controller", logFile)
 	var err error
@@ -53,7 +60,7 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 		Binary:     env.Controller,
 		Kubeconfig: kubeconfig,
 		LogFile:    logFile,
-		Args:       opts.controllerArgs,
+		Args:       args,
 	})
 	s.Must(err)
 	if !opts.noController {
