@@ -12,6 +12,40 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
+// Resolution is what one volume of a pod comes to.
+type Resolution struct {
+	// PodVolume is the volume's name in the pod.
+	PodVolume string
+	// Volume is the attachable volume, when Attachable.
+	Volume     cache.Volume
+	Attachable bool
+	// NotAttachedBecause says, for a volume of a CSI driver, why it needs no
+	// attaching; empty otherwise.
+	NotAttachedBecause string
+	// Err says why the volume cannot be resolved yet (claim not bound, PV
+	// missing...).
+	Err error
+}
+
+// Needed tells whether the volume must be attached to the pod's node.
+func (r Resolution) Needed() bool { return r.Err == nil && r.Attachable && r.NotAttachedBecause == "" }
+
+// Resolve returns what each volume of the pod comes to, in the pod's order: the
+// rules the desired state is built with, for explaining them.
+func (p *Populator) Resolve(logger klog.Logger, pod *v1.Pod) []Resolution {
+	out := make([]Resolution, 0, len(pod.Spec.Volumes))
+	for i := range pod.Spec.Volumes {
+		podVol := &pod.Spec.Volumes[i]
+		r := Resolution{PodVolume: podVol.Name}
+		r.Volume, r.Attachable, r.Err = p.resolve(logger, pod, podVol)
+		if r.Err == nil && r.Attachable && r.Volume.Driver != "" && !p.attachRequired(r.Volume.Driver) {
+			r.NotAttachedBecause = fmt.Sprintf("CSIDriver %s says attachRequired: false", r.Volume.Driver)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // podVolumes returns the attachable volumes the pod needs, and every CSI driver its
 // volumes use (attachable or not), so that a CSIDriver change finds the pod. A
 // volume that cannot be resolved yet (claim not bound, PV missing) is left out and
@@ -19,21 +53,16 @@ import (
 func (p *Populator) podVolumes(logger klog.Logger, pod *v1.Pod) ([]cache.Volume, []string) {
 	var vols []cache.Volume
 	var drivers []string
-	for i := range pod.Spec.Volumes {
-		podVol := &pod.Spec.Volumes[i]
-		vol, ok, err := p.resolve(logger, pod, podVol)
-		if err != nil {
-			logger.V(2).Info("Volume not attachable yet", "volume", podVol.Name, "reason", err.Error())
+	for _, r := range p.Resolve(logger, pod) {
+		if r.Err != nil {
+			logger.V(2).Info("Volume not attachable yet", "volume", r.PodVolume, "reason", r.Err.Error())
 			continue
 		}
-		if !ok {
-			continue
+		if r.Attachable && r.Volume.Driver != "" && !slices.Contains(drivers, r.Volume.Driver) {
+			drivers = append(drivers, r.Volume.Driver)
 		}
-		if vol.Driver != "" && !slices.Contains(drivers, vol.Driver) {
-			drivers = append(drivers, vol.Driver)
-		}
-		if vol.Driver == "" || p.attachRequired(vol.Driver) {
-			vols = append(vols, vol)
+		if r.Needed() {
+			vols = append(vols, r.Volume)
 		}
 	}
 	return vols, drivers
