@@ -117,6 +117,9 @@ type Executor interface {
 	Settle(ctx context.Context, att cache.Attachment)
 	// ForgetExpired drops what is remembered of failures long past.
 	ForgetExpired()
+	// Backoff tells how long the next attach or detach of the volume on the node
+	// must wait after a failure, and which.
+	Backoff(volume volumename.UniqueName, node string) (time.Duration, string)
 	// Wait waits until every running operation has ended, or ctx ends.
 	Wait(ctx context.Context) error
 }

@@ -146,6 +146,20 @@ func (e *Executor) IsRunning(volume volumename.UniqueName, node string) bool {
 	return e.locks.isRunning(volume, node)
 }
 
+// Backoff tells, for an explanation, how long the next attach or detach of the
+// volume on the node must wait after a failure, and which ("attach" or
+// "detach"); zero when none must.
+func (e *Executor) Backoff(volume volumename.UniqueName, node string) (time.Duration, string) {
+	left, k := e.locks.backoffLeft(volume, node)
+	if left == 0 {
+		return 0, ""
+	}
+	if k == attachKind {
+		return left, "attach"
+	}
+	return left, "detach"
+}
+
 // ResetBackoff lets the next operation on the volume and node start at once, for
 // instance when the node's CSI driver has just registered. It reports whether the
 // pair was backing off after a failed attach.

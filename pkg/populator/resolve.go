@@ -38,8 +38,8 @@ func (p *Populator) Resolve(logger klog.Logger, pod *v1.Pod) []Resolution {
 		podVol := &pod.Spec.Volumes[i]
 		r := Resolution{PodVolume: podVol.Name}
 		r.Volume, r.Attachable, r.Err = p.resolve(logger, pod, podVol)
-		if r.Err == nil && r.Attachable && r.Volume.Driver != "" && !p.attachRequired(r.Volume.Driver) {
-			r.NotAttachedBecause = fmt.Sprintf("CSIDriver %s says attachRequired: false", r.Volume.Driver)
+		if r.Err == nil && r.Attachable {
+			r.NotAttachedBecause = p.DriverNeedsNoAttach(r.Volume)
 		}
 		out = append(out, r)
 	}
@@ -184,6 +184,15 @@ func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.V
 		MultiAttach: multiAttach,
 		Migrated:    csiPV != pv,
 	}, true, nil
+}
+
+// DriverNeedsNoAttach says why the volume's CSI driver needs no attaching, or
+// returns "" when it does.
+func (p *Populator) DriverNeedsNoAttach(vol cache.Volume) string {
+	if vol.Driver == "" || p.attachRequired(vol.Driver) {
+		return ""
+	}
+	return fmt.Sprintf("CSIDriver %s says attachRequired: false", vol.Driver)
 }
 
 // attachRequired reads the driver's CSIDriver object: attaching is required unless

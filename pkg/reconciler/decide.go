@@ -1,7 +1,10 @@
 package reconciler
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -87,6 +90,56 @@ type Decision struct {
 	// plugin it belongs to ("" for the default).
 	Policy       DriverUnmountPolicy
 	PolicyDriver string
+	// HeldBy are the other nodes that hold a single-attach volume this node waits
+	// for.
+	HeldBy []string
+}
+
+// Explain returns, sorted by node, what the rules say about the volume on every
+// node that needs it or has something of it, without acting on it: what Sync
+// would do now, and why. A wait for unmount that has not started counts from now.
+func (r *Reconciler) Explain(name volumename.UniqueName) []Decision {
+	desired, _ := r.cfg.Desired.Volume(name)
+	attachments := r.cfg.Actual.Volume(name)
+	now := r.cfg.Now()
+	var out []Decision
+	for _, on := range attachments {
+		if _, wanted := desired.Nodes[on.Node]; wanted {
+			continue
+		}
+		out = append(out, r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
+			return cmp.Or(on.UnmountWaitStarted, now)
+		}))
+	}
+	for node := range desired.Nodes {
+		var on *cache.OnNode
+		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == node }); i >= 0 {
+			on = &attachments[i]
+		}
+		d := decideAttach(on, r.cfg.Nodes.Get(node))
+		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
+			if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
+				d.Action, d.HeldBy, d.Reason = ActionWait, holders, heldReason(desired, holders)
+			}
+		}
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b Decision) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
+// heldReason words the wait of a single-attach volume that other nodes hold.
+func heldReason(desired cache.DesiredVolume, holders []string) string {
+	var parts []string
+	for _, h := range holders {
+		pods := desired.Nodes[h]
+		if len(pods) == 0 {
+			parts = append(parts, fmt.Sprintf("held by %s, where no pod needs it any more: waits for its detach", h))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("held by %s for pod(s) %s: waits for them to go", h, strings.Join(podKeys(pods), ", ")))
+	}
+	return "a single-attach volume: " + strings.Join(parts, "; ")
 }
 
 // decideDetach applies the detach rules to an attachment on a node that no pod
