@@ -157,7 +157,7 @@ func WriteText(w io.Writer, r Report) error {
 				fmt.Fprintf(&b, "    %s\n", describeAttachment(a))
 			}
 			fmt.Fprintf(&b, "    node status: %s\n", describeStatus(n))
-			fmt.Fprintf(&b, "    %s: %s\n", n.Action, n.Reason)
+			fmt.Fprintf(&b, "    %s: %s\n", actionLabels[n.Action], n.Reason)
 			if n.Running {
 				b.WriteString("    an operation is running\n")
 			}
@@ -169,6 +169,9 @@ func WriteText(w io.Writer, r Report) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// actionLabels head the line that says what must happen.
+var actionLabels = map[string]string{"none": "ok", "wait": "waiting", "attach": "attaching", "detach": "detaching"}
 
 func describeAttachment(a Attachment) string {
 	s := "VolumeAttachment " + a.Name
@@ -200,7 +203,7 @@ func describeStatus(n NodeReport) string {
 		parts = append(parts, "not in volumesAttached")
 	}
 	if n.ListedInUse {
-		parts = append(parts, "in volumesInUse (kubelet may have it mounted)")
+		parts = append(parts, "in volumesInUse")
 	} else {
 		parts = append(parts, "not in volumesInUse")
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
@@ -15,7 +16,7 @@ import (
 var env *suite.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(suite.Main(m, suite.Options{}, func(e *suite.Env) { env = e }))
+	os.Exit(suite.Main(m, suite.Options{Tools: []string{binaries.Kubectl}}, func(e *suite.Env) { env = e }))
 }
 
 // scenario is one test's world, run by the kubelet and external-attacher
