@@ -40,6 +40,8 @@ type Attachment struct {
 	// MultiAttach tells whether the volume may be attached to several nodes, as
 	// the volume's own spec (PV or inline spec) said when the object was seen.
 	MultiAttach bool
+	// Migrated is set when that spec was an in-tree volume translated to CSI.
+	Migrated bool
 }
 
 // Observation is what a VolumeAttachment says about an attachment.
@@ -52,6 +54,7 @@ type Observation struct {
 	Deleting         bool
 	AttachError      string
 	MultiAttach      bool
+	Migrated         bool
 }
 
 // OnNode is everything that exists of one volume on one node: usually one
@@ -85,6 +88,12 @@ func (o OnNode) Deleting() bool {
 // when any object says otherwise or none could say.
 func (o OnNode) MultiAttach() bool {
 	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.MultiAttach })
+}
+
+// Migrated tells whether some object's volume is an in-tree volume translated to
+// CSI.
+func (o OnNode) Migrated() bool {
+	return slices.ContainsFunc(o.Objects, func(a Attachment) bool { return a.Migrated })
 }
 
 // Reported tells whether node.status.volumesAttached should list the volume.
@@ -178,6 +187,7 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 		Deleting:         o.Deleting,
 		AttachError:      o.AttachError,
 		MultiAttach:      o.MultiAttach,
+		Migrated:         o.Migrated,
 	}
 	s.objects[o.VolumeAttachment] = att
 	p.objects[o.VolumeAttachment] = att

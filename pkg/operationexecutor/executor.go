@@ -229,7 +229,7 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 	e.start(key, node, attachKind, func() error {
 		started := time.Now()
 		err := e.attach(klog.NewContext(ctx, logger), vol, node)
-		e.cfg.Metrics.ObserveOperation("attach", started, err)
+		e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationAttach, Plugin: volumename.PluginLabel(vol.Name), Migrated: vol.Migrated, Started: started, Err: err})
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume attached", "duration", time.Since(started))
@@ -386,7 +386,7 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	e.start(key, on.Node, detachKind, func() error {
 		started := time.Now()
 		err := e.detach(klog.NewContext(ctx, logger), on, force)
-		e.cfg.Metrics.ObserveOperation("detach", started, err)
+		e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationDetach, Plugin: volumename.PluginLabel(on.Volume), Migrated: on.Migrated(), Started: started, Err: err})
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
@@ -441,7 +441,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			}
 		}
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
-		e.cfg.Metrics.ForceDetaches.WithLabelValues(string(force)).Inc()
+		e.cfg.Metrics.ObserveForcedDetach(string(force))
 	}
 	if e.cfg.Wanted(on.Volume, on.Node) {
 		return ErrWanted

@@ -237,7 +237,7 @@ func (r *Reconciler) reportMultiAttach(ctx context.Context, desired cache.Desire
 	for _, h := range holders {
 		holdingPods = append(holdingPods, desired.Nodes[h]...)
 	}
-	r.cfg.Metrics.MultiAttachRefusals.Inc()
+	r.cfg.Metrics.WaitsForDetach.Inc()
 	klog.FromContext(ctx).Info("Multi-Attach error: single-attach volume is held by another node",
 		"node", node, "attachedTo", holders, "pods", podKeys(holdingPods))
 	r.cfg.Events.EmitEach(desired.Nodes[node], v1.EventTypeWarning, podevents.ReasonFailedAttach, func(p cache.PodRef) string {
