@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -26,6 +28,9 @@ func main() {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	opts, err := app.ParseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "attachdetach-controller:", err)
 		os.Exit(2)

@@ -215,15 +215,15 @@ func TestPriorityClass(t *testing.T) {
 // to the port the Deployment's arguments make the controller's HTTP server listen on.
 func TestProbesAndServiceReachTheServer(t *testing.T) {
 	c := controllerContainer(t)
-	var bindAddress string
+	var endpoint string
 	for _, arg := range deploymentArgs(t) {
-		if v, ok := strings.CutPrefix(arg, "--bind-address="); ok {
-			bindAddress = v
+		if v, ok := strings.CutPrefix(arg, "--http-endpoint="); ok {
+			endpoint = v
 		}
 	}
-	_, port, err := net.SplitHostPort(bindAddress)
+	_, port, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		t.Fatalf("--bind-address %q of the Deployment: %v", bindAddress, err)
+		t.Fatalf("--http-endpoint %q of the Deployment: %v", endpoint, err)
 	}
 	containerPort := func(p intstr.IntOrString) string {
 		if p.Type == intstr.Int {
