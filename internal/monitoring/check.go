@@ -68,6 +68,21 @@ func (s Scrape) add(name string, pairs []*dto.LabelPair, extra map[string]string
 	}
 }
 
+// Merge adds what another scrape exported.
+func (s Scrape) Merge(other Scrape) {
+	for name, labels := range other {
+		if s[name] == nil {
+			s[name] = map[string]map[string]bool{}
+		}
+		for label, values := range labels {
+			if s[name][label] == nil {
+				s[name][label] = map[string]bool{}
+			}
+			maps.Copy(s[name][label], values)
+		}
+	}
+}
+
 // Labels returns the sorted label names of a series name; nil if it is not
 // exported.
 func (s Scrape) Labels(name string) []string {

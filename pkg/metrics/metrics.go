@@ -21,6 +21,14 @@ const (
 	OperationDetach = "detach"
 )
 
+// Reasons of a forced detach, as kube-controller-manager labels them: the wait
+// for unmount ran out on a node that is not Ready, or the node is tainted
+// out-of-service.
+const (
+	ForcedOnTimeout    = "timeout"
+	ForcedOutOfService = "out-of-service"
+)
+
 // Metrics holds the collectors the controller updates.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -72,6 +80,12 @@ func New() *Metrics {
 			Help: "1 while this replica holds the leader lease, else 0.",
 		}),
 		upstream: newUpstreamMetrics(),
+	}
+	// Both reasons are exported from the start, at 0, so that an alert on their
+	// increase sees the first forced detach.
+	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService} {
+		m.ForceDetaches.WithLabelValues(reason)
+		m.upstream.forcedDetaches.WithLabelValues(reason)
 	}
 	m.Registry.MustRegister(
 		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.WaitsForDetach, m.IsLeader,
@@ -178,7 +192,7 @@ func (m *Metrics) ObserveOperation(op Op) {
 }
 
 // ObserveForcedDetach records a detach of a volume the node may still have
-// mounted; reason is "timeout" or "out-of-service".
+// mounted; reason is ForcedOnTimeout or ForcedOutOfService.
 func (m *Metrics) ObserveForcedDetach(reason string) {
 	m.ForceDetaches.WithLabelValues(reason).Inc()
 	m.upstream.forcedDetaches.WithLabelValues(reason).Inc()

@@ -32,7 +32,7 @@ func TestStateGaugesAndOperations(t *testing.T) {
 	}
 	m.ObserveOperation(Op{Kind: OperationAttach, Plugin: "kubernetes.io/csi:a.example.com", Started: time.Now()})
 	m.ObserveOperation(Op{Kind: OperationDetach, Plugin: "kubernetes.io/csi:a.example.com", Migrated: true, Started: time.Now(), Err: errors.New("boom")})
-	m.ObserveForcedDetach("timeout")
+	m.ObserveForcedDetach(ForcedOnTimeout)
 	m.WaitsForDetach.Inc()
 
 	for _, tc := range []struct {
@@ -101,11 +101,13 @@ storage_count_attachable_volumes_in_use{node="node-b",volume_plugin="kubernetes.
 		{name: "attach_detach_controller_attachdetach_controller_forced_detaches", want: `
 # HELP attach_detach_controller_attachdetach_controller_forced_detaches Detaches of volumes the node may still have mounted, by reason (timeout, out-of-service).
 # TYPE attach_detach_controller_attachdetach_controller_forced_detaches counter
+attach_detach_controller_attachdetach_controller_forced_detaches{reason="out-of-service"} 0
 attach_detach_controller_attachdetach_controller_forced_detaches{reason="timeout"} 1
 `},
 		{name: "attachdetach_controller_force_detaches_total", want: `
 # HELP attachdetach_controller_force_detaches_total Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout).
 # TYPE attachdetach_controller_force_detaches_total counter
+attachdetach_controller_force_detaches_total{reason="out-of-service"} 0
 attachdetach_controller_force_detaches_total{reason="timeout"} 1
 `},
 	} {

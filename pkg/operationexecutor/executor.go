@@ -79,9 +79,9 @@ const (
 	// in use.
 	NotForced ForceReason = ""
 	// ForceOutOfService: the node carries the out-of-service taint.
-	ForceOutOfService ForceReason = "out-of-service"
+	ForceOutOfService ForceReason = metrics.ForcedOutOfService
 	// ForceUnmountTimeout: the wait for unmount is over and the node is not Ready.
-	ForceUnmountTimeout ForceReason = "timeout"
+	ForceUnmountTimeout ForceReason = metrics.ForcedOnTimeout
 )
 
 // HeldError means a single-attach volume cannot be attached because other nodes
