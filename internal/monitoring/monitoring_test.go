@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -111,4 +112,23 @@ workqueue_depth{name="volumes"} 0
 			}
 		})
 	}
+}
+
+// TestPromtoolCheckRules: promtool, at the pinned version, accepts the rules file.
+// It builds promtool the first time (see hack/build-tools.sh); -short skips it.
+func TestPromtoolCheckRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs promtool")
+	}
+	promtool, err := binaries.Tool(t.Context(), binaries.Promtool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), promtool, "check", "rules", RulesFile)
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules %s: %v\n%s", RulesFile, err, out)
+	}
+	t.Logf("%s", out)
 }
