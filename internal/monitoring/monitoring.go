@@ -61,8 +61,9 @@ func ReadPrometheusRule(root string) (RuleGroups, error) {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 		Metadata   struct {
-			Name   string            `json:"name"`
-			Labels map[string]string `json:"labels"`
+			Name      string            `json:"name"`
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
 		} `json:"metadata"`
 		Spec RuleGroups `json:"spec"`
 	}
