@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -36,6 +38,9 @@ func main() {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	opts, err := app.ParseFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "attachdetach-controller:", err)
 		os.Exit(2)

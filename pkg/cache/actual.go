@@ -44,6 +44,8 @@ type Attachment struct {
 	// MultiAttach tells whether the volume may be attached to several nodes, as
 	// the volume's own spec (PV or inline spec) said when the object was seen.
 	MultiAttach bool
+	// Migrated is set when that spec was an in-tree volume translated to CSI.
+	Migrated bool
 }
 
 // ReportOnly tells whether the attachment is an in-tree volume's report in node
@@ -61,6 +63,7 @@ type Observation struct {
 	AttachError      string
 	DetachError      string
 	MultiAttach      bool
+	Migrated         bool
 }
 
 // OnNode is everything that exists of one volume on one node: usually one
@@ -94,6 +97,12 @@ func (o OnNode) Deleting() bool {
 // when any object says otherwise or none could say.
 func (o OnNode) MultiAttach() bool {
 	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.MultiAttach })
+}
+
+// Migrated tells whether some object's volume is an in-tree volume translated to
+// CSI.
+func (o OnNode) Migrated() bool {
+	return slices.ContainsFunc(o.Objects, func(a Attachment) bool { return a.Migrated })
 }
 
 // Reported tells whether node.status.volumesAttached should list the volume.
@@ -188,6 +197,7 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 		AttachError:      o.AttachError,
 		DetachError:      o.DetachError,
 		MultiAttach:      o.MultiAttach,
+		Migrated:         o.Migrated,
 	}
 	s.objects[o.VolumeAttachment] = att
 	p.objects[o.VolumeAttachment] = att

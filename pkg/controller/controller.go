@@ -213,6 +213,11 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		DesiredVolumes:   c.desired.VolumeCount,
 		Attachments:      c.actual.Counts,
 		ReconcileBacklog: c.reconciler.QueueLength,
+		DesiredByPlugin:  c.desired.AttachmentsByPlugin,
+		AttachedByPlugin: c.actual.AttachedByPlugin,
+		InUse:            c.desired.PodVolumesByNode,
+		WaitsForDetach:   func() metrics.Wait { return metrics.Wait(c.desired.WaitsForDetach(time.Now())) },
+		UnmountWaits:     func() metrics.Wait { return metrics.Wait(c.actual.UnmountWaits(time.Now())) },
 	})
 	if err != nil {
 		return nil, err

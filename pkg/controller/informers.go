@@ -289,6 +289,7 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 	o := cache.Observation{
 		Volume:           vol.Name,
 		MultiAttach:      vol.MultiAttach,
+		Migrated:         vol.Migrated,
 		Node:             va.Spec.NodeName,
 		VolumeAttachment: va.Name,
 		UID:              va.UID,

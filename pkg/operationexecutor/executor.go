@@ -84,12 +84,12 @@ const (
 	// in use.
 	NotForced ForceReason = ""
 	// ForceOutOfService: the node carries the out-of-service taint.
-	ForceOutOfService ForceReason = "out-of-service"
+	ForceOutOfService ForceReason = metrics.ForcedOutOfService
 	// ForceUnmountTimeout: the wait for unmount is over and the node is not Ready.
-	ForceUnmountTimeout ForceReason = "timeout"
+	ForceUnmountTimeout ForceReason = metrics.ForcedOnTimeout
 	// ForceShutdown: the node carries the cloud provider's shutdown taint and is
 	// not Ready (only when the operator opted in).
-	ForceShutdown ForceReason = "shutdown"
+	ForceShutdown ForceReason = metrics.ForcedOnShutdown
 )
 
 // HeldError means a single-attach volume cannot be attached because other nodes
@@ -255,7 +255,7 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 	e.start(key, node, attachKind, func() error {
 		started := time.Now()
 		err := e.attach(klog.NewContext(ctx, logger), vol, node)
-		e.cfg.Metrics.ObserveOperation("attach", started, err)
+		e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationAttach, Plugin: volumename.PluginLabel(vol.Name), Migrated: vol.Migrated, Started: started, Err: err})
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume attached", "duration", time.Since(started))
@@ -281,7 +281,7 @@ func (e *Executor) attachReportOnly(logger klog.Logger, key lockKey, vol cache.V
 		e.cfg.NodeStatus.Enqueue(node)
 	}
 	e.abandon(key)
-	e.cfg.Metrics.ObserveOperation("attach", started, nil)
+	e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationAttach, Plugin: volumename.PluginLabel(vol.Name), Started: started})
 	logger.V(2).Info("Volume attached; node status will list it for kubelet to attach")
 	e.cfg.Events.Emit(pods, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, podevents.AttachSucceeded(vol.DisplayName))
 }
@@ -427,7 +427,7 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	e.start(key, on.Node, detachKind, func() error {
 		started := time.Now()
 		err := e.detach(klog.NewContext(ctx, logger), on, force)
-		e.cfg.Metrics.ObserveOperation("detach", started, err)
+		e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationDetach, Plugin: volumename.PluginLabel(on.Volume), Migrated: on.Migrated(), Started: started, Err: err})
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
@@ -482,7 +482,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			}
 		}
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
-		e.cfg.Metrics.ForceDetaches.WithLabelValues(string(force)).Inc()
+		e.cfg.Metrics.ObserveForcedDetach(string(force))
 	}
 	if e.cfg.Wanted(on.Volume, on.Node) {
 		return ErrWanted

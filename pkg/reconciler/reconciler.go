@@ -220,7 +220,7 @@ func (r *Reconciler) reportWaitingForDetach(ctx context.Context, desired cache.D
 	for _, h := range holders {
 		holdingPods = append(holdingPods, desired.Nodes[h]...)
 	}
-	r.cfg.Metrics.MultiAttachRefusals.Inc()
+	r.cfg.Metrics.WaitsForDetach.Inc()
 	klog.FromContext(ctx).Info("Waiting for detach: single-attach volume is held by another node",
 		"node", node, "attachedTo", holders, "pods", podKeys(holdingPods))
 	r.cfg.Events.EmitEach(desired.Nodes[node], v1.EventTypeWarning, podevents.ReasonFailedAttach, func(p cache.PodRef) string {

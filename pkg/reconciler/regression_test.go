@@ -157,7 +157,7 @@ func TestMultiAttachEventOnceForACreateInFlight(t *testing.T) {
 			t.Errorf("pass %d: events = %q, want %q", i, got, want)
 		}
 	}
-	if got := testutil.ToFloat64(h.metrics.MultiAttachRefusals); got != 1 {
+	if got := testutil.ToFloat64(h.metrics.WaitsForDetach); got != 1 {
 		t.Errorf("multi-attach refusals = %v, want 1", got)
 	}
 	if got := h.exec.started(); len(got) != 0 {

@@ -17,9 +17,9 @@ import (
 
 // Options are the command's settings, from flags.
 type Options struct {
-	Kubeconfig  string
-	BindAddress string
-	Controller  controller.Options
+	Kubeconfig   string
+	HTTPEndpoint string
+	Controller   controller.Options
 
 	KubeAPIQPS   float64
 	KubeAPIBurst int
@@ -44,11 +44,11 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	klog.InitFlags(fs)
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
-	fs.StringVar(&o.BindAddress, "bind-address", ":8080", "Address of the HTTP server for /healthz, /readyz and /metrics. Empty: no server.")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080", "host:port of the HTTP server for /healthz, /readyz and /metrics, as the CSI sidecars name it. Empty: no server.")
 	fs.DurationVar(&o.Controller.MaxWaitForUnmount, "max-wait-for-unmount", o.Controller.MaxWaitForUnmount,
 		"How long a volume still mounted on a node that no longer needs it stays attached before it is force-detached from a node that is not Ready.")
 	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
-		"Period of the full safety pass that re-evaluates every pod, volume and node.")
+		"Period of the full safety pass that re-evaluates every pod, volume and node; at least 1s.")
 	fs.BoolVar(&o.Controller.DisableSync, "disable-attach-detach-reconcile-sync", false, "Turn off the periodic full safety pass.")
 	fs.BoolVar(&o.Controller.DisableForceDetachOnTimeout, "disable-force-detach-on-timeout", false,
 		"Never force-detach a volume still mounted after --max-wait-for-unmount, even from a node that is not Ready.")
@@ -74,6 +74,8 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-resource-namespace", defaultNamespace(), "Namespace of the leader Lease (default: $POD_NAMESPACE, else kube-system).")
 	fs.BoolVar(&o.ShowVersion, "version", false, "Print the version and exit.")
 
+	fs.Usage = func() { printUsage(fs) }
+
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,6 +100,11 @@ func (o *Options) Validate() error {
 	var errs []error
 	if err := o.Controller.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	// kube-controller-manager refuses a shorter period whether or not the pass is
+	// disabled.
+	if o.Controller.SyncPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--attach-detach-reconcile-sync-period must be at least 1s, as in kube-controller-manager, got %s", o.Controller.SyncPeriod))
 	}
 	if o.KubeAPIQPS <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))

@@ -47,6 +47,11 @@ func Run(ctx context.Context, o *Options) error {
 	base.ContentType = "application/vnd.kubernetes.protobuf"
 	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 
+	// client-go's request, work queue and leader election metrics go to the
+	// registry only if it is hooked in before the first client and queue exist.
+	m := metrics.New()
+	m.HookClientGo()
+
 	// One rate limit (--kube-api-qps/--kube-api-burst) for the controller's
 	// requests, with node status writes served first; events and leader election
 	// have limits of their own, so that neither a burst of events nor a backlog of
@@ -69,14 +74,13 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	m := metrics.New()
 	var leading, ready atomic.Bool
 	var electionCheck *leaderelection.HealthzAdaptor
 	if o.LeaderElect {
 		electionCheck = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	if o.BindAddress != "" {
-		srv, err := serve(ctx, o.BindAddress, m, electionCheck, func() bool { return !leading.Load() || ready.Load() })
+	if o.HTTPEndpoint != "" {
+		srv, err := serve(ctx, o.HTTPEndpoint, m, electionCheck, func() bool { return !leading.Load() || ready.Load() })
 		if err != nil {
 			return err
 		}
@@ -280,7 +284,7 @@ func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leade
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening on --bind-address %s: %w", addr, err)
+		return nil, fmt.Errorf("listening on --http-endpoint %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
