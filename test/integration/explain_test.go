@@ -47,12 +47,18 @@ func (s *scenario) waitExplained(want string, args ...string) string {
 
 // TestExplainReasons: for each reason a volume waits, explain says it in words,
 // read from the cluster with the caller's credentials by the controller's own
-// rules; also as JSON, and through the real kubectl as the plugin
-// kubectl-attachdetach.
+// rules, or asked of the leader, which also knows its backoffs; also as JSON, and
+// through the real kubectl as the plugin kubectl-attachdetach.
 func TestExplainReasons(t *testing.T) {
-	s := newScenario(t, scenarioOptions{})
+	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--http-endpoint=127.0.0.1:0"}})
 	a, b := s.Nodes[0], s.Nodes[1]
 	ns := s.Namespace
+	var leader string
+	s.Eventually("the controller's HTTP address in its log", func() bool {
+		leader = s.ctrl.HTTPAddress()
+		return leader != ""
+	})
+	fromLeader := []string{"--from-leader", "--leader-url=http://" + leader}
 
 	held := s.AttachedVolume("held", "first", a)
 	s.CreatePod("second", b, held.Claim)
@@ -69,6 +75,11 @@ func TestExplainReasons(t *testing.T) {
 	s.Attacher.FailAttach(failing.Handle, "rpc error: code = Internal desc = disk is busy")
 	s.CreatePod("failing-user", a, failing.Claim)
 	s.waitExplained("the CSI driver reported: rpc error: code = Internal desc = disk is busy", "pod/failing-user", "-n", ns)
+	// Only the leader knows its backoff after the failed attaches.
+	s.waitExplained("the last attach failed: the next may start in", append(fromLeader, "pod/failing-user", "-n", ns)...)
+	if out := s.explainCmd(append(fromLeader, "pod/second", "-n", ns)...); !strings.Contains(out, "as the leader saw it") || !strings.Contains(out, "held by "+a) {
+		t.Errorf("explain --from-leader pod/second:\n%s", out)
+	}
 	s.Attacher.ClearFailures(failing.Handle)
 
 	unbound := &v1.PersistentVolumeClaim{

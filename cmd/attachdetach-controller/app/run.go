@@ -75,12 +75,14 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	var leading, ready atomic.Bool
+	// running is the controller once its state is rebuilt, for explanations.
+	var running atomic.Pointer[controller.Controller]
 	var electionCheck *leaderelection.HealthzAdaptor
 	if o.LeaderElect {
 		electionCheck = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
 	if o.HTTPEndpoint != "" {
-		srv, err := serve(ctx, o.HTTPEndpoint, m, electionCheck, func() bool { return !leading.Load() || ready.Load() })
+		srv, err := serve(ctx, o.HTTPEndpoint, m, electionCheck, func() bool { return !leading.Load() || ready.Load() }, explainHandler(running.Load))
 		if err != nil {
 			return err
 		}
@@ -103,7 +105,11 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 		defer factory.Shutdown()
-		return c.Run(ctx, func() { ready.Store(true) })
+		defer running.Store(nil)
+		return c.Run(ctx, func() {
+			ready.Store(true)
+			running.Store(c)
+		})
 	}
 
 	if !o.LeaderElect {
@@ -262,8 +268,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// serve starts the HTTP server for probes and metrics.
-func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leaderelection.HealthzAdaptor, ready func() bool) (*http.Server, error) {
+// serve starts the HTTP server for probes, metrics and the leader's
+// explanations.
+func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leaderelection.HealthzAdaptor, ready func() bool, explainer http.Handler) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if election != nil {
@@ -282,6 +289,7 @@ func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leade
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle(ExplainPath, explainer)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on --http-endpoint %s: %w", addr, err)
