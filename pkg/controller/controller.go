@@ -40,6 +40,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/shadow"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/statusupdater"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -57,6 +58,10 @@ type Options struct {
 	// DetachOnShutdownTaint treats a node that is not Ready and carries the cloud
 	// provider's shutdown taint like one with the out-of-service taint.
 	DetachOnShutdownTaint bool
+	// Shadow decides without acting, and compares each decision, once it has
+	// stood for ShadowGrace, with what node status shows (see package shadow).
+	Shadow      bool
+	ShadowGrace time.Duration
 	// SyncPeriod is the period of the full safety pass; DisableSync turns it off.
 	SyncPeriod  time.Duration
 	DisableSync bool
@@ -79,6 +84,7 @@ func DefaultOptions() Options {
 		Workers:           10,
 		StatusWorkers:     4,
 		ShutdownGrace:     5 * time.Second,
+		ShadowGrace:       2 * time.Minute,
 	}
 }
 
@@ -97,6 +103,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("the operation timeout must be positive, got %s", o.OperationTimeout)
 	case o.Workers < 1:
 		return fmt.Errorf("workers must be at least 1, got %d", o.Workers)
+	case o.Shadow && o.ShadowGrace <= 0:
+		return fmt.Errorf("the shadow grace period must be positive, got %s", o.ShadowGrace)
 	case o.StatusWorkers < 1:
 		return fmt.Errorf("status workers must be at least 1, got %d", o.StatusWorkers)
 	}
@@ -137,6 +145,7 @@ type Controller struct {
 	executor   Executor
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
+	metrics    *metrics.Metrics
 }
 
 // Clients are the API clients the controller writes with.
@@ -169,6 +178,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		desired:   cache.NewDesiredState(),
 		actual:    cache.NewActualState(),
 		nodes:     cache.NewNodes(),
+		metrics:   m,
 	}
 	events := podevents.NewEmitter(recorder)
 	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
@@ -252,8 +262,16 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 
 	onReady()
 	go c.populator.Run(ctx, c.opts.Workers)
-	go c.status.Run(ctx, c.opts.StatusWorkers)
-	go c.reconciler.Run(ctx, c.opts.Workers)
+	if c.opts.Shadow {
+		compare := shadow.New(c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
+			c.metrics.ObserveShadowComparison(string(expected), agreed)
+		})
+		go compare.Run(ctx, time.Second)
+		go c.reconciler.RunShadow(ctx, c.opts.Workers, compare.Observe)
+	} else {
+		go c.status.Run(ctx, c.opts.StatusWorkers)
+		go c.reconciler.Run(ctx, c.opts.Workers)
+	}
 	c.enqueueEverything()
 	if !c.opts.DisableSync {
 		go wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod)

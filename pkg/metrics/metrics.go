@@ -47,6 +47,10 @@ type Metrics struct {
 	WaitsForDetach prometheus.Counter
 	// IsLeader is 1 while this replica leads.
 	IsLeader prometheus.Gauge
+	// ShadowComparisons counts, in shadow mode, the decisions compared with what
+	// the cluster showed after the grace period, by what was expected and whether
+	// the cluster agreed.
+	ShadowComparisons *prometheus.CounterVec
 
 	upstream upstreamMetrics
 }
@@ -81,6 +85,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this replica holds the leader lease, else 0.",
 		}),
+		ShadowComparisons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "shadow_comparisons_total",
+			Help: "In shadow mode, decisions compared with the cluster after the grace period, by expected outcome and result (agree, disagree).",
+		}, []string{"expected", "result"}),
 		upstream: newUpstreamMetrics(),
 	}
 	// Both reasons are exported from the start, at 0, so that an alert on their
@@ -90,7 +98,7 @@ func New() *Metrics {
 		m.upstream.forcedDetaches.WithLabelValues(reason)
 	}
 	m.Registry.MustRegister(
-		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.WaitsForDetach, m.IsLeader,
+		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.WaitsForDetach, m.IsLeader, m.ShadowComparisons,
 		m.upstream.operationDuration, m.upstream.forcedDetaches,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -200,4 +208,13 @@ func (m *Metrics) ObserveForcedDetach(reason string) {
 	if reason != ForcedOnShutdown {
 		m.upstream.forcedDetaches.WithLabelValues(reason).Inc()
 	}
+}
+
+// ObserveShadowComparison counts one decision compared in shadow mode.
+func (m *Metrics) ObserveShadowComparison(expected string, agreed bool) {
+	result := "agree"
+	if !agreed {
+		result = "disagree"
+	}
+	m.ShadowComparisons.WithLabelValues(expected, result).Inc()
 }

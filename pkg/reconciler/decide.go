@@ -93,6 +93,9 @@ type Decision struct {
 	// HeldBy are the other nodes that hold a single-attach volume this node waits
 	// for.
 	HeldBy []string
+	// Wanted tells whether a pod on the node needs the volume: the decision is
+	// about attaching it there, not detaching it.
+	Wanted bool
 }
 
 // Explain returns, sorted by node, what the rules say about the volume on every
@@ -117,6 +120,7 @@ func (r *Reconciler) Explain(name volumename.UniqueName) []Decision {
 			on = &attachments[i]
 		}
 		d := decideAttach(on, r.cfg.Nodes.Get(node))
+		d.Wanted = true
 		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
 			if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
 				d.Action, d.HeldBy, d.Reason = ActionWait, holders, heldReason(desired, holders)

@@ -87,20 +87,41 @@ func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
 
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
+	r.run(ctx, workers, r.Sync)
+}
+
+// RunShadow decides for queued volumes as Run does, and hands the decisions to
+// observe instead of acting on them, until ctx ends.
+func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
+	r.run(ctx, workers, func(_ context.Context, name volumename.UniqueName) time.Duration {
+		decisions := r.Explain(name)
+		observe(name, decisions)
+		var next requeue
+		now := r.cfg.Now()
+		for _, d := range decisions {
+			if now.Before(d.ForceAt) {
+				next.at(d.ForceAt.Sub(now))
+			}
+		}
+		return next.after
+	})
+}
+
+func (r *Reconciler) run(ctx context.Context, workers int, sync func(context.Context, volumename.UniqueName) time.Duration) {
 	defer r.queue.ShutDown()
 	for range workers {
-		go wait.UntilWithContext(ctx, r.work, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { r.work(ctx, sync) }, time.Second)
 	}
 	<-ctx.Done()
 }
 
-func (r *Reconciler) work(ctx context.Context) {
+func (r *Reconciler) work(ctx context.Context, sync func(context.Context, volumename.UniqueName) time.Duration) {
 	for {
 		name, shutdown := r.queue.Get()
 		if shutdown {
 			return
 		}
-		if after := r.Sync(ctx, name); after > 0 {
+		if after := sync(ctx, name); after > 0 {
 			r.queue.AddAfter(name, after)
 		}
 		r.queue.Done(name)

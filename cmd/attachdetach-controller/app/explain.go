@@ -14,11 +14,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -264,26 +262,4 @@ func explainHandler(current func() *controller.Controller) http.Handler {
 			klog.FromContext(req.Context()).Error(err, "Writing an explanation")
 		}
 	})
-}
-
-// readOnly refuses every request that is not a read, so that explaining can
-// never change the cluster, whatever the caller's permissions.
-type readOnly struct{ next http.RoundTripper }
-
-func (r readOnly) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		return nil, fmt.Errorf("explain only reads: refusing %s %s", req.Method, req.URL.Path)
-	}
-	return r.next.RoundTrip(req)
-}
-
-// discardEvents is the event recorder of a controller that only explains.
-type discardEvents struct{}
-
-var _ record.EventRecorder = discardEvents{}
-
-func (discardEvents) Event(object runtime.Object, eventtype, reason, message string) {}
-func (discardEvents) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any) {
-}
-func (discardEvents) AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
 }

@@ -67,6 +67,11 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	fs.Float64Var(&o.EventQPS, "event-qps", 10, "Events per second written to the API server, on a rate limit of their own.")
 	fs.IntVar(&o.EventBurst, "event-burst", 50, "Burst of events written to the API server.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Run only while holding the leader Lease, so that several replicas can run.")
+	fs.BoolVar(&o.Controller.Shadow, "shadow", false,
+		"Run beside kube-controller-manager's attach/detach controller and write nothing (no VolumeAttachment, node status, event or Lease): "+
+			"compare each decision, once it has stood for --shadow-grace, with what node status shows, and report agreements and disagreements in metrics and logs.")
+	fs.DurationVar(&o.Controller.ShadowGrace, "shadow-grace", o.Controller.ShadowGrace,
+		"In shadow mode, how long a decision must stand before it is compared with the cluster.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits after the last renewal before taking over.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it stops leading.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
@@ -117,6 +122,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EventBurst < 1 {
 		errs = append(errs, fmt.Errorf("--event-burst must be at least 1, got %d", o.EventBurst))
+	}
+	if o.Controller.Shadow && o.LeaderElect {
+		errs = append(errs, errors.New("--shadow writes nothing, not even a Lease: it cannot run with --leader-elect"))
 	}
 	if o.LeaderElect {
 		switch {

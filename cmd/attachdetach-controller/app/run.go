@@ -46,6 +46,10 @@ func Run(ctx context.Context, o *Options) error {
 	base.UserAgent = "attachdetach-controller/" + version.Version
 	base.ContentType = "application/vnd.kubernetes.protobuf"
 	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	if o.Controller.Shadow {
+		logger.Info("Shadow mode: deciding and comparing with the cluster, writing nothing", "grace", o.Controller.ShadowGrace)
+		base.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
+	}
 
 	// client-go's request, work queue and leader election metrics go to the
 	// registry only if it is hooked in before the first client and queue exist.
@@ -93,11 +97,14 @@ func Run(ctx context.Context, o *Options) error {
 		leading.Store(true)
 		m.IsLeader.Set(1)
 		defer m.IsLeader.Set(0)
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		defer broadcaster.Shutdown()
-		broadcaster.StartStructuredLogging(3)
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
-		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
+		var recorder record.EventRecorder = discardEvents{}
+		if !o.Controller.Shadow {
+			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+			defer broadcaster.Shutdown()
+			broadcaster.StartStructuredLogging(3)
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+			recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
+		}
 
 		factory := controller.NewInformerFactory(client)
 		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)

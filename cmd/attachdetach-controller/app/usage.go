@@ -30,6 +30,8 @@ var ownFlags = map[string]bool{
 	"max-wait-for-unmount":            true,
 	"max-wait-for-unmount-per-driver": true,
 	"detach-on-shutdown-taint":        true,
+	"shadow":                          true,
+	"shadow-grace":                    true,
 	"operation-timeout":               true,
 	"workers":                         true,
 	"status-workers":                  true,
