@@ -15,7 +15,7 @@ type readOnly struct{ next http.RoundTripper }
 
 func (r readOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		return nil, fmt.Errorf("explain only reads: refusing %s %s", req.Method, req.URL.Path)
+		return nil, fmt.Errorf("read-only client: refusing %s %s", req.Method, req.URL.Path)
 	}
 	return r.next.RoundTrip(req)
 }
