@@ -301,8 +301,9 @@ func TestLeaderMigrationExitsInKCM(t *testing.T) {
 		// Both Leases in the test's namespace, away from other tests.
 		"--leader-elect-resource-namespace="+s.Namespace,
 		"--enable-leader-migration", "--leader-migration-config="+config,
-		// Leader migration waits for the service account token controller, which
-		// KCM runs only with a signing key, as every real cluster has.
+		// Leader migration starts from the service account token controller; without
+		// a signing key KCM builds none and panics on the missing controller
+		// (controllermanager.go:340) before it gets to the migration Lease.
 		"--service-account-private-key-file="+key)
 
 	s.Eventually("kube-controller-manager to exit", func() bool { return !kcm.Running() })
