@@ -55,8 +55,10 @@ type cutover struct {
 	// kcmKubeconfig is kube-controller-manager's kubeconfig, kcmLog its log.
 	kcmKubeconfig, kcmLog string
 	// kept, moving and dropped are volumes KCM attached to Nodes[0]: kept stays in
-	// use there, moving moves to Nodes[1], dropped is no longer wanted.
-	kept, moving, dropped workload.Volume
+	// use there, moving moves to Nodes[1], dropped is no longer wanted. pending is
+	// being attached to Nodes[1]: KCM created its VolumeAttachment, the attacher
+	// reports an error until releaseMounts.
+	kept, moving, dropped, pending workload.Volume
 	// uids are the UIDs of the VolumeAttachments KCM created.
 	uids map[string]types.UID
 }
@@ -141,13 +143,21 @@ func (c *cutover) waitKCMLog(p *proc.Process, line string) {
 // attachAndStartMoves has KCM attach three volumes to Nodes[0] and then leaves
 // two of them mid-move: the pod of moving is deleted and a pod on Nodes[1] wants
 // it, the pod of dropped is deleted; both stay mounted on Nodes[0] (the kubelet
-// stand-in is stuck unmounting them) until releaseMounts.
+// stand-in is stuck unmounting them) until releaseMounts. A fourth volume, pending,
+// is left half attached to Nodes[1].
 func (c *cutover) attachAndStartMoves() {
 	c.T.Helper()
 	a, b := c.Nodes[0], c.Nodes[1]
 	c.kept = c.AttachedVolume("kept", "keeper", a)
 	c.moving = c.AttachedVolume("moving", "mover", a)
 	c.dropped = c.AttachedVolume("dropped", "dropper", a)
+	c.pending = c.CreateVolume("pending", workload.VolumeOptions{})
+	c.Attacher.FailAttach(c.pending.Handle, "the attach times out")
+	c.CreatePod("waiter", b, c.pending.Claim)
+	c.Eventually("KCM's VolumeAttachment of pending on "+b+" with the attacher's error", func() bool {
+		va := c.Attachment(c.pending, b)
+		return va != nil && va.Status.AttachError != nil
+	})
 	c.uids = map[string]types.UID{}
 	for _, va := range c.Attachments() {
 		c.uids[va.Name] = va.UID
@@ -165,27 +175,37 @@ func (c *cutover) attachAndStartMoves() {
 	})
 }
 
-// releaseMounts lets the kubelet stand-in unmount moving and dropped.
+// releaseMounts lets the kubelet stand-in unmount moving and dropped, and the
+// attacher attach pending.
 func (c *cutover) releaseMounts() {
 	c.T.Helper()
 	for _, v := range []workload.Volume{c.moving, c.dropped} {
 		c.Must(c.Kubelet.SetStuck(c.Nodes[0], v.UniqueName(), false))
 	}
+	c.Attacher.ClearFailures(c.pending.Handle)
 }
 
-// checkMovesDone waits for the pending moves to complete and checks what stayed:
-// kept's VolumeAttachment is the one KCM created and its node status entry was
-// never dropped; no VolumeAttachment was recreated, none but the two no longer
-// wanted deleted, no node status entry removed and added again.
+// checkMovesDone waits for the pending moves and the pending attach to complete
+// and checks what stayed: the VolumeAttachments of kept and pending are the ones
+// KCM created and kept's node status entry was never dropped; no VolumeAttachment
+// was recreated, none but the two no longer wanted deleted, no node status entry
+// removed and added again.
 func (c *cutover) checkMovesDone() {
 	c.T.Helper()
 	a, b := c.Nodes[0], c.Nodes[1]
 	c.WaitDetached(c.dropped, a)
 	c.WaitDetached(c.moving, a)
 	c.WaitAttached(c.moving, b)
+	c.WaitAttached(c.pending, b)
 	c.WaitPodRunning("mover-b")
-	if va := c.Attachment(c.kept, a); va == nil || va.UID != c.uids[va.Name] {
-		c.T.Errorf("the VolumeAttachment of %s on %s was not kept across the cut-over: %v", c.kept.PV, a, va)
+	c.WaitPodRunning("waiter")
+	for _, at := range []struct {
+		v    workload.Volume
+		node string
+	}{{c.kept, a}, {c.pending, b}} {
+		if va := c.Attachment(at.v, at.node); va == nil || va.UID != c.uids[va.Name] {
+			c.T.Errorf("the VolumeAttachment KCM made of %s on %s was not kept across the cut-over: %v", at.v.PV, at.node, va)
+		}
 	}
 	if c.history.wasRemoved(a, c.kept.UniqueName()) || !c.InNodeStatus(a, c.kept) {
 		c.T.Errorf("%s left the volumesAttached of %s during the cut-over", c.kept.PV, a)
