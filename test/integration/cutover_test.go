@@ -63,7 +63,7 @@ type cutover struct {
 	uids map[string]types.UID
 }
 
-func newCutover(t *testing.T, controllerArgs ...string) *cutover {
+func newCutover(t *testing.T) *cutover {
 	t.Helper()
 	var users []testenv.User
 	for _, name := range []string{kcmUser, controllerUser} {
@@ -86,18 +86,17 @@ func newCutover(t *testing.T, controllerArgs ...string) *cutover {
 	}
 	suite.KeepLogOnFailure(t, e, "kube-controller-manager", c.kcmLog)
 	c.scenario = newScenario(t, scenarioOptions{
-		SimOptions:     suite.SimOptions{Nodes: 2},
-		env:            e,
-		kubeconfig:     controllerKubeconfig,
-		controllerArgs: controllerArgs,
-		noController:   true,
+		SimOptions:   suite.SimOptions{Nodes: 2},
+		env:          e,
+		kubeconfig:   controllerKubeconfig,
+		noController: true,
 	})
 	c.history = recordHistory(t, e.Client)
 	return c
 }
 
-// startKCM starts kube-controller-manager v1.37.1 with the given flags on top of
-// the ones every cluster's has here; it is killed when the test ends if it still
+// startKCM starts kube-controller-manager v1.37.1 with kubeconfig and the given
+// flags, its output appended to log; it is killed when the test ends if it still
 // runs then.
 func startKCM(t testing.TB, kubeconfig, log string, args ...string) *proc.Process {
 	t.Helper()
@@ -274,11 +273,12 @@ func (c *cutover) checkOneActor(kcmDone, controllerFrom time.Time) {
 // (docs/deploy.md, "Migrating from the in-tree controller") against the real
 // kube-controller-manager v1.37.1: KCM's attach/detach loop attaches three volumes
 // and leaves two of them mid-move (one to another node, one no longer wanted, both
-// still mounted); KCM is restarted with the loop disabled as the guide says, and
-// then the controller is started. The moves complete; no VolumeAttachment is
-// deleted or recreated but the two no longer wanted; no node status entry is
-// removed and added again; the audit log shows every attach/detach write of KCM
-// before the controller started and every one of the controller after.
+// still mounted) and a fourth half attached; KCM is restarted with the loop
+// disabled as the guide says, and then the controller is started. The moves and
+// the attach complete; no VolumeAttachment is recreated, none deleted but the two
+// no longer wanted; no node status entry is removed and added again; the audit log
+// shows every attach/detach write of KCM before its loop was off and every one of
+// the controller after it started.
 func TestCutOverFromKubeControllerManager(t *testing.T) {
 	c := newCutover(t)
 	kcm := startKCM(c.T, c.kcmKubeconfig, c.kcmLog, "--leader-elect=true", "--controllers="+attachDetachLoop)
