@@ -86,9 +86,13 @@ func newCutover(t *testing.T) *cutover {
 	}
 	suite.KeepLogOnFailure(t, e, "kube-controller-manager", c.kcmLog)
 	c.scenario = newScenario(t, scenarioOptions{
-		SimOptions:   suite.SimOptions{Nodes: 2},
-		env:          e,
-		kubeconfig:   controllerKubeconfig,
+		SimOptions: suite.SimOptions{Nodes: 2},
+		env:        e,
+		kubeconfig: controllerKubeconfig,
+		// Leader-elected as the Deployment runs it, its Lease in the test's namespace.
+		worldArgs: func(w *suite.World) []string {
+			return []string{"--leader-elect=true", "--leader-elect-resource-namespace=" + w.Namespace}
+		},
 		noController: true,
 	})
 	c.history = recordHistory(t, e.Client)
