@@ -16,7 +16,7 @@ import (
 var env *suite.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(suite.Main(m, suite.Options{Tools: []string{binaries.Kubectl}}, func(e *suite.Env) { env = e }))
+	os.Exit(suite.Main(m, suite.Options{Tools: []string{binaries.Kubectl, binaries.KubeControllerManager}}, func(e *suite.Env) { env = e }))
 }
 
 // scenario is one test's world, run by the kubelet and external-attacher
