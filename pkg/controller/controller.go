@@ -263,7 +263,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	onReady()
 	go c.populator.Run(ctx, c.opts.Workers)
 	if c.opts.Shadow {
-		compare := shadow.New(c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
+		compare := shadow.New(logger, c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
 			c.metrics.ObserveShadowComparison(string(expected), agreed)
 		})
 		go compare.Run(ctx, time.Second)

@@ -102,15 +102,28 @@ type Decision struct {
 // node that needs it or has something of it, without acting on it: what Sync
 // would do now, and why. A wait for unmount that has not started counts from now.
 func (r *Reconciler) Explain(name volumename.UniqueName) []Decision {
+	return r.decisions(name, false)
+}
+
+// decisions returns the decisions about the volume on every node. With
+// keepWaits, a wait for unmount starts (and ends) as in Sync, so that the
+// decisions of successive calls follow it.
+func (r *Reconciler) decisions(name volumename.UniqueName, keepWaits bool) []Decision {
 	desired, _ := r.cfg.Desired.Volume(name)
 	attachments := r.cfg.Actual.Volume(name)
 	now := r.cfg.Now()
 	var out []Decision
 	for _, on := range attachments {
 		if _, wanted := desired.Nodes[on.Node]; wanted {
+			if keepWaits {
+				r.cfg.Actual.EndUnmountWait(on.Volume, on.Node)
+			}
 			continue
 		}
 		out = append(out, r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
+			if keepWaits {
+				return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
+			}
 			return cmp.Or(on.UnmountWaitStarted, now)
 		}))
 	}

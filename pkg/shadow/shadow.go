@@ -7,7 +7,10 @@
 // controller keeps the same way: once the same decision about a volume on a node
 // has stood for the grace period, the node's volumesAttached must list the
 // volume if the decision keeps or attaches it there, and must not if it detaches
-// it or waits before attaching it.
+// it or waits before attaching it. A decision the cluster already agrees with
+// when it is replaced (the other controller acted, and the decision changed with
+// it) counts as an agreement; one replaced before its grace period and not met
+// counts as nothing.
 package shadow
 
 import (
@@ -66,6 +69,7 @@ type Comparer struct {
 	nodes  corelisters.NodeLister
 	result Result
 	now    func() time.Time
+	logger klog.Logger
 
 	mu      sync.Mutex
 	pending map[key]*pending
@@ -85,10 +89,10 @@ type pending struct {
 	compared bool
 }
 
-// New returns a Comparer that reads node status from nodes and reports each
-// comparison to result.
-func New(grace time.Duration, nodes corelisters.NodeLister, result Result) *Comparer {
-	return &Comparer{grace: grace, nodes: nodes, result: result, now: time.Now, pending: make(map[key]*pending)}
+// New returns a Comparer that reads node status from nodes, reports each
+// comparison to result and logs with logger.
+func New(logger klog.Logger, grace time.Duration, nodes corelisters.NodeLister, result Result) *Comparer {
+	return &Comparer{grace: grace, nodes: nodes, result: result, now: time.Now, logger: logger, pending: make(map[key]*pending)}
 }
 
 // Observe records the decisions made now about the volume, one per node, in
@@ -109,14 +113,36 @@ func (c *Comparer) Observe(volume volumename.UniqueName, decisions []reconciler.
 			p.decision = d
 			continue
 		}
+		c.settleEarly(k)
 		c.pending[k] = &pending{decision: d, expected: expected, since: now}
+		c.logger.V(4).Info("Shadow decision", "volume", volume, "node", d.Node, "expected", expected, "reason", d.Reason)
 	}
 	for k := range c.pending {
 		if k.volume == volume && !seen[k.node] {
+			c.settleEarly(k)
 			delete(c.pending, k)
 		}
 	}
 }
+
+// settleEarly counts, as it is replaced, a decision the cluster already agrees
+// with before its grace period is over: the other controller did what this one
+// would have done. One it does not agree with yet is dropped uncounted, since it
+// did not stand for the grace period.
+func (c *Comparer) settleEarly(k key) {
+	p, ok := c.pending[k]
+	if !ok || p.compared {
+		return
+	}
+	if c.listed(k) == listedWhen(p.expected) {
+		p.compared = true
+		c.result(p.expected, true)
+	}
+}
+
+// listedWhen tells whether node status should list the volume when the
+// expectation is met.
+func listedWhen(e Expectation) bool { return e == ExpectAttached || e == ExpectKeptMounted }
 
 // Run compares, every interval, the decisions whose grace period is over, until
 // ctx ends.
@@ -128,15 +154,14 @@ func (c *Comparer) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			c.CompareDue(ctx)
+			c.CompareDue()
 		}
 	}
 }
 
 // CompareDue compares the decisions that have stood for the grace period and
 // were not compared yet.
-func (c *Comparer) CompareDue(ctx context.Context) {
-	logger := klog.FromContext(ctx)
+func (c *Comparer) CompareDue() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -146,10 +171,10 @@ func (c *Comparer) CompareDue(ctx context.Context) {
 		}
 		p.compared = true
 		listed := c.listed(k)
-		agreed := listed == (p.expected == ExpectAttached || p.expected == ExpectKeptMounted)
+		agreed := listed == listedWhen(p.expected)
 		c.result(p.expected, agreed)
 		if !agreed {
-			logger.Info("Shadow disagreement: the cluster does not show what this controller would have done",
+			c.logger.Info("Shadow disagreement: the cluster does not show what this controller would have done",
 				"volume", k.volume, "node", k.node, "expected", p.expected, "listedInNodeStatus", listed,
 				"decidedFor", now.Sub(p.since).Round(time.Second), "explain", p.decision.Reason)
 		}

@@ -1,7 +1,6 @@
 package shadow
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
@@ -49,13 +49,13 @@ func TestCompare(t *testing.T) {
 			c, got, now := newComparer(t, tc.listed)
 			c.Observe(vol, []reconciler.Decision{tc.decision})
 			*now = now.Add(grace - time.Second)
-			c.CompareDue(context.Background())
+			c.CompareDue()
 			if len(*got) != 0 {
 				t.Fatalf("compared before the grace period: %v", *got)
 			}
 			*now = now.Add(time.Second)
-			c.CompareDue(context.Background())
-			c.CompareDue(context.Background())
+			c.CompareDue()
+			c.CompareDue()
 			if len(*got) != len(tc.want) || (len(tc.want) > 0 && (*got)[0] != tc.want[0]) {
 				t.Errorf("comparisons = %v, want %v (once)", *got, tc.want)
 			}
@@ -72,18 +72,37 @@ func TestChangedDecisionRestartsTheGrace(t *testing.T) {
 	*now = now.Add(grace / 2)
 	c.Observe(vol, []reconciler.Decision{{Node: "node-a", Wanted: true, Action: reconciler.ActionAttach}})
 	*now = now.Add(grace / 2)
-	c.CompareDue(context.Background())
+	c.CompareDue()
 	if len(*got) != 0 {
 		t.Fatalf("compared a decision replaced before its grace period: %v", *got)
 	}
 	*now = now.Add(grace / 2)
-	c.CompareDue(context.Background())
+	c.CompareDue()
 	if want := (comparison{ExpectAttached, true}); len(*got) != 1 || (*got)[0] != want {
 		t.Errorf("comparisons = %v, want [%v]", *got, want)
 	}
 	c.Observe(vol, nil)
 	if len(c.pending) != 0 {
 		t.Errorf("pending = %v after the volume has no decision left", c.pending)
+	}
+}
+
+// TestReplacedDecisionAlreadyMet: a detach the other controller carried out
+// before the grace period ends (its VolumeAttachment gone, so no decision is
+// left) counts as an agreement; one not carried out counts as nothing.
+func TestReplacedDecisionAlreadyMet(t *testing.T) {
+	for _, listed := range []bool{false, true} {
+		c, got, now := newComparer(t, listed)
+		c.Observe(vol, []reconciler.Decision{{Node: "node-a", Action: reconciler.ActionDetach}})
+		*now = now.Add(grace / 2)
+		c.Observe(vol, nil)
+		var want []comparison
+		if !listed {
+			want = []comparison{{ExpectDetached, true}}
+		}
+		if len(*got) != len(want) || (len(want) > 0 && (*got)[0] != want[0]) {
+			t.Errorf("listed %v: comparisons = %v, want %v", listed, *got, want)
+		}
 	}
 }
 
@@ -99,7 +118,7 @@ func newComparer(t *testing.T, listed bool) (*Comparer, *[]comparison, *time.Tim
 	}
 	var got []comparison
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	c := New(grace, corelisters.NewNodeLister(indexer), func(e Expectation, agreed bool) { got = append(got, comparison{e, agreed}) })
+	c := New(klog.Background(), grace, corelisters.NewNodeLister(indexer), func(e Expectation, agreed bool) { got = append(got, comparison{e, agreed}) })
 	c.now = func() time.Time { return now }
 	return c, &got, &now
 }
