@@ -23,7 +23,11 @@
 //     As node status is written one node at a time, the rule is judged when a
 //     node's listing of the volume begins and when a kubelet's chance to mount it
 //     begins; the other node's force-detach conditions (as in rule 2) excuse it,
-//     since they allowed the volume to leave that node while mounted.
+//     since they allowed the volume to leave that node while mounted, and so does
+//     the loss of the attachment's only record, the node's status, with its Node
+//     object: a controller started after that deletion, with the volume not
+//     listed there since, cannot know it was attached there (nor can
+//     kube-controller-manager).
 //  4. such a volume never leaves the volumesAttached of a node while the kubelet
 //     there has it mounted, unless rule 2's force-detach conditions hold: for it,
 //     that is the detach.
@@ -63,14 +67,20 @@ type Checker struct {
 	// what its status said: listed in volumesInUse continuously since a version
 	// that listed them in volumesAttached too.
 	mayMount map[simworld.NodeVolume]bool
+	// lastListed is when a write of a node last left a volume listed in its
+	// volumesAttached.
+	lastListed map[simworld.NodeVolume]time.Time
+	// started is when the last controller incarnation started.
+	started time.Time
 }
 
 // nodeHealth is when a node's force-detach conditions began and ended.
 type nodeHealth struct {
 	unhealthy, outOfService bool
 	// healthyAt is when it last became Ready again (zero: never), taintRemovedAt
-	// when it last lost the out-of-service taint.
-	unhealthySince, healthyAt, taintRemovedAt time.Time
+	// when it last lost the out-of-service taint, deletedAt when its Node object
+	// was last deleted.
+	unhealthySince, healthyAt, taintRemovedAt, deletedAt time.Time
 }
 
 // New returns a checker; report is told of each violation as it happens.
@@ -78,8 +88,15 @@ func New(maxWait, grace time.Duration, mounts *simworld.Mounts, report func(stri
 	return &Checker{
 		maxWait: maxWait, grace: grace, mounts: mounts, report: report,
 		wanted: map[simworld.NodeVolume]bool{}, unwantedSince: map[simworld.NodeVolume]time.Time{}, health: map[string]*nodeHealth{},
-		mayMount: map[simworld.NodeVolume]bool{},
+		mayMount: map[simworld.NodeVolume]bool{}, lastListed: map[simworld.NodeVolume]time.Time{},
 	}
+}
+
+// ControllerStarted tells the checker that a controller incarnation starts now.
+func (c *Checker) ControllerStarted() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started = time.Now()
 }
 
 // Violations returns the violations seen so far.
@@ -133,6 +150,9 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 		c.health[name] = h
 	}
 	node, _ := obj.(*corev1.Node)
+	if node == nil {
+		h.deletedAt = now
+	}
 	unhealthy := node == nil || !sim.Ready(node)
 	// A node deleted while out of service stays shut down.
 	oos := h.outOfService
@@ -251,12 +271,15 @@ func (c *Checker) checkReportOnly(r fakeapi.Reader, w fakeapi.Write, now time.Ti
 			}
 		}
 	}
+	for v := range listed {
+		c.lastListed[simworld.NodeVolume{Node: name, Volume: v}] = now
+	}
 	began := c.updateMayMount(name, node, listed)
 	single := singleAttachReportOnly(r)
 	for _, v := range slices.Sorted(maps.Keys(single)) {
 		if listed[v] && !wasListed[v] {
 			for _, other := range slices.Sorted(maps.Keys(c.health)) {
-				if other != name && c.mayHaveMounted(other, v) && !c.forceAllowed(other, v, now) {
+				if other != name && c.mayHaveMounted(other, v) && !c.forceAllowed(other, v, now) && !c.recordLost(other, v) {
 					c.violate("INVARIANT single-attach: %s listed single-attach volume %s (PV %s) in the volumesAttached of node %s while kubelet on %s may have it mounted; node %s %s",
 						w.Actor, v, single[v], name, other, other, c.describeNode(r, other, v, now))
 				}
@@ -304,6 +327,15 @@ func (c *Checker) updateMayMount(name string, node *corev1.Node, listed map[stri
 // may mount it by what the node's status has said.
 func (c *Checker) mayHaveMounted(node, volume string) bool {
 	return c.mounts.Mounted(node, volume) || c.mayMount[simworld.NodeVolume{Node: node, Volume: volume}]
+}
+
+// recordLost tells whether the only record of a report-only attachment of the
+// volume to the node, the node's status, went with its Node object before the
+// running controller started, and the volume has not been listed there since.
+func (c *Checker) recordLost(node, volume string) bool {
+	h := c.health[node]
+	return !h.deletedAt.IsZero() && c.started.After(h.deletedAt) &&
+		!c.lastListed[simworld.NodeVolume{Node: node, Volume: volume}].After(h.deletedAt)
 }
 
 // attachedVolumes returns the volumes a node's status.volumesAttached lists;
