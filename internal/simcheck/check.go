@@ -22,12 +22,14 @@
 //     volumesAttached listed it too (kubelet mounts only what both lists show).
 //     As node status is written one node at a time, the rule is judged when a
 //     node's listing of the volume begins and when a kubelet's chance to mount it
-//     begins; the other node's force-detach conditions (as in rule 2) excuse it,
-//     since they allowed the volume to leave that node while mounted, and so does
-//     the loss of the attachment's only record, the node's status, with its Node
-//     object: a controller started after that deletion, with the volume not
-//     listed there since, cannot know it was attached there (nor can
-//     kube-controller-manager).
+//     begins. As with VolumeAttachments, whose deletion rule 2 judges and which
+//     rule 1 no longer counts once gone, a node the controller took the volume
+//     off (judged by rule 4) no longer counts until it lists it again, whatever
+//     it still has mounted; nor does a node whose force-detach conditions (as in
+//     rule 2) hold; nor one whose Node object, with its status, the only record
+//     of the attachment, was deleted before the running controller started, the
+//     volume not listed there since (no controller can know it was attached
+//     there, nor can kube-controller-manager).
 //  4. such a volume never leaves the volumesAttached of a node while the kubelet
 //     there has it mounted, unless rule 2's force-detach conditions hold: for it,
 //     that is the detach.
@@ -68,8 +70,8 @@ type Checker struct {
 	// that listed them in volumesAttached too.
 	mayMount map[simworld.NodeVolume]bool
 	// lastListed is when a write of a node last left a volume listed in its
-	// volumesAttached.
-	lastListed map[simworld.NodeVolume]time.Time
+	// volumesAttached, lastRemoved when a write of the node took it out.
+	lastListed, lastRemoved map[simworld.NodeVolume]time.Time
 	// started is when the last controller incarnation started.
 	started time.Time
 }
@@ -88,7 +90,7 @@ func New(maxWait, grace time.Duration, mounts *simworld.Mounts, report func(stri
 	return &Checker{
 		maxWait: maxWait, grace: grace, mounts: mounts, report: report,
 		wanted: map[simworld.NodeVolume]bool{}, unwantedSince: map[simworld.NodeVolume]time.Time{}, health: map[string]*nodeHealth{},
-		mayMount: map[simworld.NodeVolume]bool{}, lastListed: map[simworld.NodeVolume]time.Time{},
+		mayMount: map[simworld.NodeVolume]bool{}, lastListed: map[simworld.NodeVolume]time.Time{}, lastRemoved: map[simworld.NodeVolume]time.Time{},
 	}
 }
 
@@ -265,7 +267,11 @@ func (c *Checker) checkReportOnly(r fakeapi.Reader, w fakeapi.Write, now time.Ti
 	wasListed, listed := attachedVolumes(old), attachedVolumes(node)
 	if node != nil {
 		for _, v := range slices.Sorted(maps.Keys(wasListed)) {
-			if !listed[v] && simworld.ReportOnlyName(v) && c.mounts.Mounted(name, v) && !c.forceAllowed(name, v, now) {
+			if listed[v] {
+				continue
+			}
+			c.lastRemoved[simworld.NodeVolume{Node: name, Volume: v}] = now
+			if simworld.ReportOnlyName(v) && c.mounts.Mounted(name, v) && !c.forceAllowed(name, v, now) {
 				c.violate("INVARIANT mounted-detach: %s took %s out of the volumesAttached of node %s while kubelet there has it mounted; node %s",
 					w.Actor, v, name, c.describeNode(r, name, v, now))
 			}
@@ -279,7 +285,7 @@ func (c *Checker) checkReportOnly(r fakeapi.Reader, w fakeapi.Write, now time.Ti
 	for _, v := range slices.Sorted(maps.Keys(single)) {
 		if listed[v] && !wasListed[v] {
 			for _, other := range slices.Sorted(maps.Keys(c.health)) {
-				if other != name && c.mayHaveMounted(other, v) && !c.forceAllowed(other, v, now) && !c.recordLost(other, v) {
+				if other != name && c.mayHaveMounted(other, v) && !c.released(other, v) && !c.forceAllowed(other, v, now) && !c.recordLost(other, v) {
 					c.violate("INVARIANT single-attach: %s listed single-attach volume %s (PV %s) in the volumesAttached of node %s while kubelet on %s may have it mounted; node %s %s",
 						w.Actor, v, single[v], name, other, other, c.describeNode(r, other, v, now))
 				}
@@ -327,6 +333,14 @@ func (c *Checker) updateMayMount(name string, node *corev1.Node, listed map[stri
 // may mount it by what the node's status has said.
 func (c *Checker) mayHaveMounted(node, volume string) bool {
 	return c.mounts.Mounted(node, volume) || c.mayMount[simworld.NodeVolume{Node: node, Volume: volume}]
+}
+
+// released tells whether the last change to the node's listing of the volume
+// was a write of the node that took it out.
+func (c *Checker) released(node, volume string) bool {
+	nv := simworld.NodeVolume{Node: node, Volume: volume}
+	removed, ok := c.lastRemoved[nv]
+	return ok && !removed.Before(c.lastListed[nv])
 }
 
 // recordLost tells whether the only record of a report-only attachment of the
