@@ -27,9 +27,10 @@
 //     off (judged by rule 4) no longer counts until it lists it again, whatever
 //     it still has mounted; nor does a node whose force-detach conditions (as in
 //     rule 2) hold; nor one whose Node object, with its status, the only record
-//     of the attachment, was deleted before the running controller started, the
-//     volume not listed there since (no controller can know it was attached
-//     there, nor can kube-controller-manager).
+//     of the attachment, was deleted before the running controller was ready (it
+//     lists nodes on its way there), the volume not listed there since (no
+//     controller can know it was attached there, nor can
+//     kube-controller-manager).
 //  4. such a volume never leaves the volumesAttached of a node while the kubelet
 //     there has it mounted, unless rule 2's force-detach conditions hold: for it,
 //     that is the detach.
@@ -72,8 +73,8 @@ type Checker struct {
 	// lastListed is when a write of a node last left a volume listed in its
 	// volumesAttached, lastRemoved when a write of the node took it out.
 	lastListed, lastRemoved map[simworld.NodeVolume]time.Time
-	// started is when the last controller incarnation started.
-	started time.Time
+	// ready is when the last controller incarnation became ready.
+	ready time.Time
 }
 
 // nodeHealth is when a node's force-detach conditions began and ended.
@@ -94,11 +95,12 @@ func New(maxWait, grace time.Duration, mounts *simworld.Mounts, report func(stri
 	}
 }
 
-// ControllerStarted tells the checker that a controller incarnation starts now.
-func (c *Checker) ControllerStarted() {
+// ControllerReady tells the checker that a controller incarnation, which lists
+// what exists as it starts, is ready now.
+func (c *Checker) ControllerReady() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.started = time.Now()
+	c.ready = time.Now()
 }
 
 // Violations returns the violations seen so far.
@@ -345,10 +347,10 @@ func (c *Checker) released(node, volume string) bool {
 
 // recordLost tells whether the only record of a report-only attachment of the
 // volume to the node, the node's status, went with its Node object before the
-// running controller started, and the volume has not been listed there since.
+// running controller was ready, and the volume has not been listed there since.
 func (c *Checker) recordLost(node, volume string) bool {
 	h := c.health[node]
-	return !h.deletedAt.IsZero() && c.started.After(h.deletedAt) &&
+	return !h.deletedAt.IsZero() && c.ready.After(h.deletedAt) &&
 		!c.lastListed[simworld.NodeVolume{Node: node, Volume: volume}].After(h.deletedAt)
 }
 

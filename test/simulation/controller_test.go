@@ -66,10 +66,12 @@ func (cs *controllers) start() {
 	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), cs.trace.Logger(name, 4)))
 	cs.current = &incarnation{id: id, client: client, cancel: cancel}
-	cs.checker.ControllerStarted()
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {
-		err := c.Run(ctx, func() { cs.trace.Addf("%s: ready", name) })
+		err := c.Run(ctx, func() {
+			cs.trace.Addf("%s: ready", name)
+			cs.checker.ControllerReady()
+		})
 		cancel()
 		factory.Shutdown()
 		cs.trace.Addf("%s: stopped (Run returned %v)", name, err)
