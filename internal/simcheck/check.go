@@ -14,9 +14,30 @@
 //     controller sees pods through informers that an injected delay or a relist
 //     holds back (a pod that came and went inside a watch gap is never seen), the
 //     wait may count from up to Grace before the last pod there went.
+//  3. an in-tree iSCSI or Fibre Channel volume, which has no VolumeAttachment and
+//     is attached by node status listing it, is never listed in the
+//     volumesAttached of a node while kubelet on another node may have it mounted,
+//     if it is a single-attach PV: has it mounted, or lists it in volumesInUse
+//     and has done so continuously since a version of its node whose
+//     volumesAttached listed it too (kubelet mounts only what both lists show).
+//     As node status is written one node at a time, the rule is judged when a
+//     node's listing of the volume begins and when a kubelet's chance to mount it
+//     begins. As with VolumeAttachments, whose deletion rule 2 judges and which
+//     rule 1 no longer counts once gone, a node the controller took the volume
+//     off (judged by rule 4) no longer counts until it lists it again, whatever
+//     it still has mounted; nor does a node whose force-detach conditions (as in
+//     rule 2) hold; nor one whose Node object, with its status, the only record
+//     of the attachment, was deleted before the running controller was ready (it
+//     lists nodes on its way there), the volume not listed there since (no
+//     controller can know it was attached there, nor can
+//     kube-controller-manager).
+//  4. such a volume never leaves the volumesAttached of a node while the kubelet
+//     there has it mounted, unless rule 2's force-detach conditions hold: for it,
+//     that is the detach.
 package simcheck
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,14 +66,24 @@ type Checker struct {
 	// never needed there is absent.
 	unwantedSince map[simworld.NodeVolume]time.Time
 	health        map[string]*nodeHealth
+	// mayMount holds the volumes each node's kubelet may mount or have mounted by
+	// what its status said: listed in volumesInUse continuously since a version
+	// that listed them in volumesAttached too.
+	mayMount map[simworld.NodeVolume]bool
+	// lastListed is when a write of a node last left a volume listed in its
+	// volumesAttached, lastRemoved when a write of the node took it out.
+	lastListed, lastRemoved map[simworld.NodeVolume]time.Time
+	// ready is when the last controller incarnation became ready.
+	ready time.Time
 }
 
 // nodeHealth is when a node's force-detach conditions began and ended.
 type nodeHealth struct {
 	unhealthy, outOfService bool
 	// healthyAt is when it last became Ready again (zero: never), taintRemovedAt
-	// when it last lost the out-of-service taint.
-	unhealthySince, healthyAt, taintRemovedAt time.Time
+	// when it last lost the out-of-service taint, deletedAt when its Node object
+	// was last deleted.
+	unhealthySince, healthyAt, taintRemovedAt, deletedAt time.Time
 }
 
 // New returns a checker; report is told of each violation as it happens.
@@ -60,7 +91,16 @@ func New(maxWait, grace time.Duration, mounts *simworld.Mounts, report func(stri
 	return &Checker{
 		maxWait: maxWait, grace: grace, mounts: mounts, report: report,
 		wanted: map[simworld.NodeVolume]bool{}, unwantedSince: map[simworld.NodeVolume]time.Time{}, health: map[string]*nodeHealth{},
+		mayMount: map[simworld.NodeVolume]bool{}, lastListed: map[simworld.NodeVolume]time.Time{}, lastRemoved: map[simworld.NodeVolume]time.Time{},
 	}
+}
+
+// ControllerReady tells the checker that a controller incarnation, which lists
+// what exists as it starts, is ready now.
+func (c *Checker) ControllerReady() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ready = time.Now()
 }
 
 // Violations returns the violations seen so far.
@@ -86,6 +126,7 @@ func (c *Checker) Observe(r fakeapi.Reader, w fakeapi.Write) {
 		c.updateWanted(r, now)
 	case fakeapi.Nodes:
 		c.updateHealth(w.Ref.Name, w.New, now)
+		c.checkReportOnly(r, w, now)
 	case fakeapi.VolumeAttachments:
 		c.checkDeletion(r, w, now)
 		c.checkSingleAttach(r)
@@ -113,6 +154,9 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 		c.health[name] = h
 	}
 	node, _ := obj.(*corev1.Node)
+	if node == nil {
+		h.deletedAt = now
+	}
 	unhealthy := node == nil || !sim.Ready(node)
 	// A node deleted while out of service stays shut down.
 	oos := h.outOfService
@@ -192,7 +236,7 @@ func attachmentVolume(r fakeapi.Reader, va *storagev1.VolumeAttachment) (string,
 		return "", false
 	}
 	v, ok := simworld.PVVolume(r, *va.Spec.Source.PersistentVolumeName)
-	return v.UniqueName(), ok
+	return v.Name, ok
 }
 
 func (c *Checker) checkSingleAttach(r fakeapi.Reader) {
@@ -217,11 +261,128 @@ func (c *Checker) checkSingleAttach(r fakeapi.Reader) {
 	}
 }
 
+// checkReportOnly checks rules 3 and 4 on a write of a node.
+func (c *Checker) checkReportOnly(r fakeapi.Reader, w fakeapi.Write, now time.Time) {
+	name := w.Ref.Name
+	old, _ := w.Old.(*corev1.Node)
+	node, _ := w.New.(*corev1.Node)
+	wasListed, listed := attachedVolumes(old), attachedVolumes(node)
+	if node != nil {
+		for _, v := range slices.Sorted(maps.Keys(wasListed)) {
+			if listed[v] {
+				continue
+			}
+			c.lastRemoved[simworld.NodeVolume{Node: name, Volume: v}] = now
+			if simworld.ReportOnlyName(v) && c.mounts.Mounted(name, v) && !c.forceAllowed(name, v, now) {
+				c.violate("INVARIANT mounted-detach: %s took %s out of the volumesAttached of node %s while kubelet there has it mounted; node %s",
+					w.Actor, v, name, c.describeNode(r, name, v, now))
+			}
+		}
+	}
+	for v := range listed {
+		c.lastListed[simworld.NodeVolume{Node: name, Volume: v}] = now
+	}
+	began := c.updateMayMount(name, node, listed)
+	single := singleAttachReportOnly(r)
+	for _, v := range slices.Sorted(maps.Keys(single)) {
+		if listed[v] && !wasListed[v] {
+			for _, other := range slices.Sorted(maps.Keys(c.health)) {
+				if other != name && c.mayHaveMounted(other, v) && !c.released(other, v) && !c.forceAllowed(other, v, now) && !c.recordLost(other, v) {
+					c.violate("INVARIANT single-attach: %s listed single-attach volume %s (PV %s) in the volumesAttached of node %s while kubelet on %s may have it mounted; node %s %s",
+						w.Actor, v, single[v], name, other, other, c.describeNode(r, other, v, now))
+				}
+			}
+		}
+		if !began[v] || c.forceAllowed(name, v, now) {
+			continue
+		}
+		for _, n := range fakeapi.List[*corev1.Node](r) {
+			if n.Name != name && attachedVolumes(n)[v] {
+				c.violate("INVARIANT single-attach: kubelet on %s may mount single-attach volume %s (PV %s) since %s's write, while node %s lists it in volumesAttached too",
+					name, v, single[v], w.Actor, n.Name)
+			}
+		}
+	}
+}
+
+// updateMayMount brings the node's mayMount entries up to date with the node as
+// written (nil: deleted) and returns the volumes its kubelet may now mount that
+// it could not before.
+func (c *Checker) updateMayMount(name string, node *corev1.Node, listed map[string]bool) map[string]bool {
+	inUse := map[string]bool{}
+	if node != nil {
+		for _, v := range node.Status.VolumesInUse {
+			inUse[string(v)] = true
+		}
+	}
+	for nv := range c.mayMount {
+		if nv.Node == name && !inUse[nv.Volume] {
+			delete(c.mayMount, nv)
+		}
+	}
+	began := map[string]bool{}
+	for v := range inUse {
+		nv := simworld.NodeVolume{Node: name, Volume: v}
+		if listed[v] && !c.mayMount[nv] {
+			c.mayMount[nv] = true
+			began[v] = true
+		}
+	}
+	return began
+}
+
+// mayHaveMounted tells whether kubelet on the node has the volume mounted, or
+// may mount it by what the node's status has said.
+func (c *Checker) mayHaveMounted(node, volume string) bool {
+	return c.mounts.Mounted(node, volume) || c.mayMount[simworld.NodeVolume{Node: node, Volume: volume}]
+}
+
+// released tells whether the last change to the node's listing of the volume
+// was a write of the node that took it out.
+func (c *Checker) released(node, volume string) bool {
+	nv := simworld.NodeVolume{Node: node, Volume: volume}
+	removed, ok := c.lastRemoved[nv]
+	return ok && !removed.Before(c.lastListed[nv])
+}
+
+// recordLost tells whether the only record of a report-only attachment of the
+// volume to the node, the node's status, went with its Node object before the
+// running controller was ready, and the volume has not been listed there since.
+func (c *Checker) recordLost(node, volume string) bool {
+	h := c.health[node]
+	return !h.deletedAt.IsZero() && c.ready.After(h.deletedAt) &&
+		!c.lastListed[simworld.NodeVolume{Node: node, Volume: volume}].After(h.deletedAt)
+}
+
+// attachedVolumes returns the volumes a node's status.volumesAttached lists;
+// none for a nil node.
+func attachedVolumes(node *corev1.Node) map[string]bool {
+	out := map[string]bool{}
+	if node != nil {
+		for _, av := range node.Status.VolumesAttached {
+			out[string(av.Name)] = true
+		}
+	}
+	return out
+}
+
+// singleAttachReportOnly returns the single-attach iSCSI and Fibre Channel PVs,
+// by unique volume name.
+func singleAttachReportOnly(r fakeapi.Reader) map[string]string {
+	out := map[string]string{}
+	for _, pv := range fakeapi.List[*corev1.PersistentVolume](r) {
+		if v, ok := simworld.PVVolume(r, pv.Name); ok && v.ReportOnly() && v.SingleAttach {
+			out[v.Name] = pv.Name
+		}
+	}
+	return out
+}
+
 // Converged returns what keeps the API from the state a correct controller
 // reaches once nothing changes: every volume that pods which count need on an
-// existing managed node attached there (its VolumeAttachment attached and not
-// being deleted) and listed in the node's status.volumesAttached, and no other
-// VolumeAttachment or volumesAttached entry.
+// existing managed node attached there (a CSI volume's VolumeAttachment attached
+// and not being deleted) and listed in the node's status.volumesAttached, and no
+// other VolumeAttachment or volumesAttached entry.
 func Converged(r fakeapi.Reader) []string {
 	var diffs []string
 	want := map[string]simworld.NodeVolume{} // VolumeAttachment name → node and volume
@@ -231,7 +392,9 @@ func Converged(r fakeapi.Reader) []string {
 		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" {
 			continue
 		}
-		want[sim.AttachmentName(v.Driver, v.Handle, nv.Node)] = nv
+		if !v.ReportOnly() {
+			want[sim.AttachmentName(v.Driver, v.Handle, nv.Node)] = nv
+		}
 		if listed[nv.Node] == nil {
 			listed[nv.Node] = map[string]bool{}
 		}
@@ -255,10 +418,7 @@ func Converged(r fakeapi.Reader) []string {
 		}
 	}
 	for _, node := range fakeapi.List[*corev1.Node](r) {
-		got := map[string]bool{}
-		for _, av := range node.Status.VolumesAttached {
-			got[string(av.Name)] = true
-		}
+		got := attachedVolumes(node)
 		if !maps.Equal(got, listed[node.Name]) && (len(got) > 0 || len(listed[node.Name]) > 0) {
 			diffs = append(diffs, fmt.Sprintf("node %s lists volumesAttached %v, want %v", node.Name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(listed[node.Name]))))
 		}
@@ -277,7 +437,7 @@ func Describe(r fakeapi.Reader) string {
 	for _, pod := range fakeapi.List[*corev1.Pod](r) {
 		var vols []string
 		for _, v := range simworld.PodVolumes(r, pod) {
-			vols = append(vols, v.PV)
+			vols = append(vols, cmp.Or(v.PV, v.Name))
 		}
 		fmt.Fprintf(&b, "pod %s/%s on %s phase=%s deleting=%v counts=%v volumes=%v\n",
 			pod.Namespace, pod.Name, pod.Spec.NodeName, pod.Status.Phase, pod.DeletionTimestamp != nil, simworld.Counts(pod), vols)

@@ -120,7 +120,7 @@ type podOnNode struct {
 // attached.
 func (w *World) kubeletSync(n *node) {
 	var pods []podOnNode
-	wanted := map[string]bool{}
+	wanted := map[string]Volume{}
 	w.store.Read(func(r fakeapi.Reader) {
 		for _, pod := range fakeapi.List[*corev1.Pod](r) {
 			if pod.Spec.NodeName != n.name {
@@ -131,9 +131,9 @@ func (w *World) kubeletSync(n *node) {
 				p.stopAt = pod.DeletionTimestamp.Time
 			}
 			for _, v := range PodVolumes(r, pod) {
-				p.volumes = append(p.volumes, v.UniqueName())
+				p.volumes = append(p.volumes, v.Name)
 				if p.counts {
-					wanted[v.UniqueName()] = true
+					wanted[v.Name] = v
 				}
 			}
 			pods = append(pods, p)
@@ -148,20 +148,22 @@ func (w *World) kubeletSync(n *node) {
 				return true
 			})
 			w.logf("kubelet %s: containers of deleted pod %s stopped", n.name, p.ref.Name)
-		case p.deleting && !p.running && !slices.ContainsFunc(p.volumes, func(v string) bool { return w.mounts.Mounted(n.name, v) && !wanted[v] }):
+		case p.deleting && !p.running && !slices.ContainsFunc(p.volumes, func(v string) bool { _, ok := wanted[v]; return w.mounts.Mounted(n.name, v) && !ok }):
 			if err := w.store.Delete("kubelet/"+n.name, p.ref); err == nil {
 				w.logf("kubelet %s: pod %s removed", n.name, p.ref.Name)
 			}
 		}
 	}
 	for _, v := range w.mounts.onNode(n.name) {
-		if !wanted[v] {
+		if _, ok := wanted[v]; !ok {
 			w.mounts.set(n.name, v, false)
 			w.logf("kubelet %s: unmounted %s", n.name, v)
 		}
 	}
 	inUse := map[string]bool{}
-	maps.Copy(inUse, wanted)
+	for v := range wanted {
+		inUse[v] = true
+	}
 	for _, v := range w.mounts.onNode(n.name) {
 		inUse[v] = true
 	}
@@ -178,41 +180,33 @@ func (w *World) kubeletSync(n *node) {
 		w.logf("kubelet %s: volumesInUse %v", n.name, list)
 		return true
 	})
-	for _, v := range slices.Sorted(maps.Keys(wanted)) {
-		if !w.mounts.Mounted(n.name, v) {
-			w.mount(n.name, v)
+	for _, name := range slices.Sorted(maps.Keys(wanted)) {
+		if !w.mounts.Mounted(n.name, name) {
+			w.mount(n.name, wanted[name])
 		}
 	}
 }
 
 // mount mounts a volume if, at this instant, the node reports it in use, node
-// status lists it attached and its VolumeAttachment says attached: what kubelet
-// waits for.
-func (w *World) mount(nodeName, volume string) {
+// status lists it attached and, for a CSI volume, its VolumeAttachment says
+// attached: what kubelet waits for. An in-tree iSCSI or Fibre Channel volume has
+// no VolumeAttachment: kubelet attaches it itself once node status lists it.
+func (w *World) mount(nodeName string, v Volume) {
 	w.store.Read(func(r fakeapi.Reader) {
 		node, ok := fakeapi.Get[*corev1.Node](r, "", nodeName)
-		if !ok || !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(volume)) ||
-			!slices.ContainsFunc(node.Status.VolumesAttached, func(av corev1.AttachedVolume) bool { return string(av.Name) == volume }) {
+		if !ok || !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) ||
+			!slices.ContainsFunc(node.Status.VolumesAttached, func(av corev1.AttachedVolume) bool { return string(av.Name) == v.Name }) {
 			return
 		}
-		driver, handle := splitUniqueName(volume)
-		va, ok := fakeapi.Get[*storagev1.VolumeAttachment](r, "", sim.AttachmentName(driver, handle, nodeName))
-		if !ok || !va.Status.Attached {
-			return
+		if !v.ReportOnly() {
+			va, ok := fakeapi.Get[*storagev1.VolumeAttachment](r, "", sim.AttachmentName(v.Driver, v.Handle, nodeName))
+			if !ok || !va.Status.Attached {
+				return
+			}
 		}
-		w.mounts.set(nodeName, volume, true)
-		w.logf("kubelet %s: mounted %s", nodeName, volume)
+		w.mounts.set(nodeName, v.Name, true)
+		w.logf("kubelet %s: mounted %s", nodeName, v.Name)
 	})
-}
-
-func splitUniqueName(name string) (driver, handle string) {
-	rest := name[len("kubernetes.io/csi/"):]
-	for i := range len(rest) {
-		if rest[i] == '^' {
-			return rest[:i], rest[i+1:]
-		}
-	}
-	return rest, ""
 }
 
 func stopContainers(pod *corev1.Pod) {

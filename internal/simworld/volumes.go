@@ -2,6 +2,7 @@ package simworld
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,15 +20,29 @@ type NodeVolume struct {
 	Node, Volume string
 }
 
-// Volume is a CSI volume a pod uses through a bound claim.
+// Volume is a volume a pod uses that needs attaching: a CSI, iSCSI or Fibre
+// Channel volume through a bound claim, or an iSCSI volume inline in the pod.
 type Volume struct {
-	PV, Driver, Handle string
-	// SingleAttach: its access modes are listed and allow no second node.
+	// PV is empty for an inline volume.
+	PV string
+	// Name is the unique name node status and kubelet know it by.
+	Name string
+	// Driver and Handle are a CSI volume's; both empty for an in-tree volume.
+	Driver, Handle string
+	// SingleAttach: its access modes are listed and allow no second node. An
+	// inline volume is never single-attach: nothing checks it.
 	SingleAttach bool
 }
 
-// UniqueName returns the volume's unique name.
-func (v Volume) UniqueName() string { return sim.UniqueVolumeName(v.Driver, v.Handle) }
+// ReportOnly tells whether the volume is an in-tree iSCSI or Fibre Channel
+// volume: attached by node status listing it, with no VolumeAttachment.
+func (v Volume) ReportOnly() bool { return v.Driver == "" }
+
+// ReportOnlyName tells whether a unique volume name is an in-tree iSCSI or Fibre
+// Channel volume's.
+func ReportOnlyName(name string) bool {
+	return strings.HasPrefix(name, "kubernetes.io/iscsi/") || strings.HasPrefix(name, "kubernetes.io/fc/")
+}
 
 // Counts tells whether a pod needs its volumes: it is on a node and not
 // terminated (Succeeded, Failed, or deleted with no container running).
@@ -49,10 +64,15 @@ func running(pod *corev1.Pod) bool {
 	return false
 }
 
-// PodVolumes returns the CSI volumes of a pod's bound claims whose PV exists.
+// PodVolumes returns the volumes of a pod's bound claims whose PV exists, and
+// its inline iSCSI volumes.
 func PodVolumes(r fakeapi.Reader, pod *corev1.Pod) []Volume {
 	var out []Volume
 	for _, v := range pod.Spec.Volumes {
+		if v.ISCSI != nil {
+			out = append(out, Volume{Name: sim.ISCSIVolumeName(v.ISCSI.TargetPortal, v.ISCSI.IQN, v.ISCSI.Lun)})
+			continue
+		}
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
@@ -67,15 +87,24 @@ func PodVolumes(r fakeapi.Reader, pod *corev1.Pod) []Volume {
 	return out
 }
 
-// PVVolume returns the CSI volume of a PV, if the PV exists and is a CSI volume.
+// PVVolume returns the volume of a PV, if the PV exists and is a CSI, iSCSI or
+// Fibre Channel volume.
 func PVVolume(r fakeapi.Reader, name string) (Volume, bool) {
 	pv, ok := fakeapi.Get[*corev1.PersistentVolume](r, "", name)
-	if !ok || pv.Spec.CSI == nil {
+	if !ok {
 		return Volume{}, false
 	}
 	modes := pv.Spec.AccessModes
-	single := len(modes) > 0 && !slices.Contains(modes, corev1.ReadWriteMany) && !slices.Contains(modes, corev1.ReadOnlyMany)
-	return Volume{PV: name, Driver: pv.Spec.CSI.Driver, Handle: pv.Spec.CSI.VolumeHandle, SingleAttach: single}, true
+	v := Volume{PV: name, SingleAttach: len(modes) > 0 && !slices.Contains(modes, corev1.ReadWriteMany) && !slices.Contains(modes, corev1.ReadOnlyMany)}
+	switch src := pv.Spec.PersistentVolumeSource; {
+	case src.CSI != nil:
+		v.Driver, v.Handle, v.Name = src.CSI.Driver, src.CSI.VolumeHandle, sim.UniqueVolumeName(src.CSI.Driver, src.CSI.VolumeHandle)
+	case src.ISCSI != nil:
+		v.Name = sim.ISCSIVolumeName(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun)
+	case src.FC != nil:
+		v.Name = sim.FCVolumeName(src.FC)
+	}
+	return v, v.Name != ""
 }
 
 // attachRequired tells whether a driver's volumes need attaching.
@@ -93,8 +122,8 @@ func Wanted(r fakeapi.Reader) map[NodeVolume]Volume {
 			continue
 		}
 		for _, v := range PodVolumes(r, pod) {
-			if attachRequired(r, v.Driver) {
-				out[NodeVolume{pod.Spec.NodeName, v.UniqueName()}] = v
+			if v.ReportOnly() || attachRequired(r, v.Driver) {
+				out[NodeVolume{pod.Spec.NodeName, v.Name}] = v
 			}
 		}
 	}

@@ -56,7 +56,7 @@ func (w *World) workloadLoop() {
 // livePod is a pod the workload may still delete or move.
 type livePod struct {
 	namespace, name, node string
-	claims                []string
+	volumes               []corev1.Volume
 }
 
 // podState reads the pods: those not deleted and not finished, and the claims
@@ -70,8 +70,10 @@ func (w *World) podState() (live []livePod, used map[string]bool) {
 			}
 			p := livePod{namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName}
 			for _, v := range pod.Spec.Volumes {
-				p.claims = append(p.claims, v.PersistentVolumeClaim.ClaimName)
-				used[pod.Namespace+"/"+v.PersistentVolumeClaim.ClaimName] = true
+				p.volumes = append(p.volumes, *v.DeepCopy())
+				if v.PersistentVolumeClaim != nil {
+					used[pod.Namespace+"/"+v.PersistentVolumeClaim.ClaimName] = true
+				}
 			}
 			live = append(live, p)
 		}
@@ -95,58 +97,68 @@ func (w *World) schedulable(except string) []string {
 }
 
 // createPod starts a pod on a schedulable node using one or two claims of a
-// namespace; a single-attach claim only if no other live pod uses it.
+// namespace, a single-attach claim only if no other live pod uses it, and at
+// times an inline iSCSI volume, which any number of pods may use.
 func (w *World) createPod() bool {
 	_, used := w.podState()
-	return w.startPod(w.schedulable(""), used, nil)
-}
-
-func (w *World) startPod(nodes []string, used map[string]bool, claims []string) bool {
+	nodes := w.schedulable("")
 	if len(nodes) == 0 {
 		return false
 	}
-	if claims == nil {
-		ns := []string{"ns-a", "ns-b"}[w.rng.IntN(2)]
-		for _, i := range w.rng.Perm(len(w.volumes)) {
-			v := w.volumes[i]
-			if v.namespace != ns || (v.mode != corev1.ReadWriteMany && used[ns+"/"+v.claim]) {
-				continue
-			}
-			claims = append(claims, v.claim)
-			if len(claims) == 2 || w.rng.IntN(3) > 0 {
-				break
-			}
+	ns := []string{"ns-a", "ns-b"}[w.rng.IntN(2)]
+	var vols []corev1.Volume
+	for _, i := range w.rng.Perm(len(w.volumes)) {
+		v := w.volumes[i]
+		if v.namespace != ns || (v.mode != corev1.ReadWriteMany && used[ns+"/"+v.claim]) {
+			continue
 		}
-		if len(claims) == 0 {
-			return false
+		vols = append(vols, corev1.Volume{
+			Name:         fmt.Sprintf("data-%d", len(vols)),
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.claim}},
+		})
+		if len(vols) == 2 || w.rng.IntN(3) > 0 {
+			break
 		}
 	}
+	if len(vols) == 0 {
+		return false
+	}
+	if w.rng.IntN(4) == 0 {
+		vols = append(vols, corev1.Volume{
+			Name:         "scratch",
+			VolumeSource: corev1.VolumeSource{ISCSI: w.inline[w.rng.IntN(len(w.inline))].DeepCopy()},
+		})
+	}
+	w.startPod(nodes, ns, vols)
+	return true
+}
+
+// startPod starts a pod of the namespace with the volumes on one of the nodes.
+func (w *World) startPod(nodes []string, namespace string, vols []corev1.Volume) {
 	w.pods++
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.volumeNamespace(claims[0]), Name: fmt.Sprintf("pod-%d", w.pods)},
-		Spec:       corev1.PodSpec{NodeName: nodes[w.rng.IntN(len(nodes))], Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("pod-%d", w.pods)},
+		Spec:       corev1.PodSpec{NodeName: nodes[w.rng.IntN(len(nodes))], Containers: []corev1.Container{{Name: "app", Image: "app"}}, Volumes: vols},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 			Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
 		}}},
 	}
-	for i, c := range claims {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
-			Name:         fmt.Sprintf("data-%d", i),
-			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}},
-		})
-	}
 	w.create(pod)
-	w.logf("pod %s/%s created on %s using %v", pod.Namespace, pod.Name, pod.Spec.NodeName, claims)
-	return true
+	w.logf("pod %s/%s created on %s using %s", pod.Namespace, pod.Name, pod.Spec.NodeName, describeVolumes(vols))
 }
 
-func (w *World) volumeNamespace(claim string) string {
-	for _, v := range w.volumes {
-		if v.claim == claim {
-			return v.namespace
+// describeVolumes names a pod's volumes for the log: claims, and inline iSCSI
+// volumes by unique name.
+func describeVolumes(vols []corev1.Volume) []string {
+	out := make([]string, 0, len(vols))
+	for _, v := range vols {
+		if v.ISCSI != nil {
+			out = append(out, sim.ISCSIVolumeName(v.ISCSI.TargetPortal, v.ISCSI.IQN, v.ISCSI.Lun))
+		} else {
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
 		}
 	}
-	panic("simworld: unknown claim " + claim)
+	return out
 }
 
 // deletePod deletes a live pod gracefully: its containers stop within 5 s if its
@@ -171,10 +183,10 @@ func (w *World) gracefulDelete(p livePod) {
 	w.logf("pod %s/%s on %s deleted (grace %s)", p.namespace, p.name, p.node, grace.Round(time.Millisecond))
 }
 
-// movePod deletes a live pod and starts its replacement, with the same claims,
+// movePod deletes a live pod and starts its replacement, with the same volumes,
 // on another node at once: a single-attach volume must first leave the old node.
 func (w *World) movePod() bool {
-	live, used := w.podState()
+	live, _ := w.podState()
 	if len(live) == 0 {
 		return false
 	}
@@ -184,7 +196,8 @@ func (w *World) movePod() bool {
 		return false
 	}
 	w.gracefulDelete(p)
-	return w.startPod(nodes, used, p.claims)
+	w.startPod(nodes, p.namespace, p.volumes)
+	return true
 }
 
 // completePod finishes a pod on a node whose kubelet runs.

@@ -1,10 +1,13 @@
 // Package simworld simulates, on a fakeapi store, everything around an attach/detach
 // controller: a workload of pods using ReadWriteOnce, ReadWriteOncePod and
-// ReadWriteMany CSI volumes, moving between nodes; nodes going NotReady, tainted out
-// of service, deleted and created again; each node's kubelet (volumesInUse first,
-// mount only once node status lists the volume attached and its VolumeAttachment
-// says attached, unmount before leaving volumesInUse); the CSI external-attacher,
-// slow and failing at times; and pod garbage collection.
+// ReadWriteMany volumes, CSI, in-tree iSCSI and Fibre Channel PVs, and iSCSI
+// volumes inline in the pod, moving between nodes; nodes going NotReady, tainted
+// out of service, deleted and created again; each node's kubelet (volumesInUse
+// first, mount only once node status lists the volume attached and, for a CSI
+// volume, its VolumeAttachment says attached, unmount before leaving
+// volumesInUse); the CSI external-attacher, slow and failing at times; and pod
+// garbage collection. The iSCSI and Fibre Channel volumes have no
+// VolumeAttachment: node status listing them is the whole attach.
 //
 // All of it runs on one goroutine from a schedule of timed steps, and every random
 // choice comes from the one *rand.Rand it is given: given the same seed and the same
@@ -24,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
 // Driver is the CSI driver of every simulated volume.
@@ -54,8 +58,10 @@ type World struct {
 	seq     int
 	changes bool // the workload still changes things
 
-	nodes    map[string]*node
-	volumes  []*volume
+	nodes   map[string]*node
+	volumes []*volume
+	// inline are the iSCSI volumes pods may use inline, with no claim.
+	inline   []*corev1.ISCSIVolumeSource
 	pods     int
 	attacher attacher
 }
@@ -70,10 +76,45 @@ type node struct {
 }
 
 type volume struct {
-	pv, claim, namespace, handle string
-	mode                         corev1.PersistentVolumeAccessMode
+	pv, claim, namespace string
+	mode                 corev1.PersistentVolumeAccessMode
+	// source is the PV's volume source: CSI, iSCSI or Fibre Channel.
+	source corev1.PersistentVolumeSource
 	// pvCreated is false for a PV that appears after its claim was bound.
 	pvCreated bool
+}
+
+// volumeSource draws the source of the i-th volume: mostly CSI (a quarter of them
+// with a '^' in the handle, where the unique name splits), else iSCSI or Fibre
+// Channel by target WWNs and LUN or by WWIDs.
+func (w *World) volumeSource(i int) corev1.PersistentVolumeSource {
+	lun := int32(i)
+	switch w.rng.IntN(8) {
+	case 0, 1:
+		return corev1.PersistentVolumeSource{ISCSI: &corev1.ISCSIPersistentVolumeSource{
+			TargetPortal: fmt.Sprintf("10.0.0.%d:3260", 1+w.rng.IntN(2)), IQN: "iqn.2026-11.com.example:storage", Lun: lun,
+		}}
+	case 2:
+		return corev1.PersistentVolumeSource{FC: &corev1.FCVolumeSource{TargetWWNs: []string{"500a0981891b8dc5", "500a0981991b8dc5"}, Lun: &lun}}
+	case 3:
+		return corev1.PersistentVolumeSource{FC: &corev1.FCVolumeSource{WWIDs: []string{fmt.Sprintf("3600508b400105e21000090000049%04d", i)}}}
+	}
+	handle := fmt.Sprintf("vol-%d", i)
+	if w.rng.IntN(4) == 0 {
+		handle = fmt.Sprintf("vol^%d", i)
+	}
+	return corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: Driver, VolumeHandle: handle}}
+}
+
+// describeSource is a volume source for the log.
+func describeSource(src corev1.PersistentVolumeSource) string {
+	switch {
+	case src.CSI != nil:
+		return fmt.Sprintf("CSI handle %q", src.CSI.VolumeHandle)
+	case src.ISCSI != nil:
+		return fmt.Sprintf("iSCSI %s %s lun %d", src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun)
+	}
+	return "FC " + sim.FCVolumeName(src.FC)
 }
 
 // New returns a world on the store, sharing the mount table with whoever checks it.
@@ -167,15 +208,12 @@ func (w *World) Start() {
 			pv:        fmt.Sprintf("pv-%d", i),
 			claim:     fmt.Sprintf("claim-%d", i),
 			namespace: []string{"ns-a", "ns-b"}[w.rng.IntN(2)],
-			handle:    fmt.Sprintf("vol-%d", i),
 			mode:      modes[w.rng.IntN(len(modes))],
+			source:    w.volumeSource(i),
 			pvCreated: w.rng.IntN(5) > 0,
 		}
-		if w.rng.IntN(4) == 0 {
-			v.handle = fmt.Sprintf("vol^%d", i) // the unique name splits at the first ^
-		}
 		w.volumes = append(w.volumes, v)
-		w.logf("volume %s (%s, handle %q) claim %s/%s, PV created now: %v", v.pv, v.mode, v.handle, v.namespace, v.claim, v.pvCreated)
+		w.logf("volume %s (%s, %s) claim %s/%s, PV created now: %v", v.pv, v.mode, describeSource(v.source), v.namespace, v.claim, v.pvCreated)
 		w.create(&corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: v.namespace, Name: v.claim},
 			Spec:       corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{v.mode}, VolumeName: v.pv},
@@ -184,6 +222,9 @@ func (w *World) Start() {
 		if v.pvCreated {
 			w.createPV(v)
 		}
+	}
+	for i := range 2 {
+		w.inline = append(w.inline, &corev1.ISCSIVolumeSource{TargetPortal: "10.0.1.1:3260", IQN: "iqn.2026-11.com.example:inline", Lun: int32(i)})
 	}
 	for range w.cfg.Nodes {
 		w.createPod()
@@ -202,11 +243,9 @@ func (w *World) createPV(v *volume) {
 	w.create(&corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: v.pv},
 		Spec: corev1.PersistentVolumeSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{v.mode},
-			ClaimRef:    &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: v.namespace, Name: v.claim, UID: claim.UID},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{
-				CSI: &corev1.CSIPersistentVolumeSource{Driver: Driver, VolumeHandle: v.handle},
-			},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{v.mode},
+			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: v.namespace, Name: v.claim, UID: claim.UID},
+			PersistentVolumeSource: *v.source.DeepCopy(),
 		},
 		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound},
 	})

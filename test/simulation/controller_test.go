@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/simcheck"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simtrace"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
@@ -21,9 +22,10 @@ import (
 // instant it is killed, so that its goroutines still winding down write nothing
 // more.
 type controllers struct {
-	store *fakeapi.Store
-	plan  *plan
-	trace *simtrace.Trace
+	store   *fakeapi.Store
+	plan    *plan
+	trace   *simtrace.Trace
+	checker *simcheck.Checker
 
 	mu      sync.Mutex
 	n       int
@@ -66,7 +68,10 @@ func (cs *controllers) start() {
 	cs.current = &incarnation{id: id, client: client, cancel: cancel}
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {
-		err := c.Run(ctx, func() { cs.trace.Addf("%s: ready", name) })
+		err := c.Run(ctx, func() {
+			cs.trace.Addf("%s: ready", name)
+			cs.checker.ControllerReady()
+		})
 		cancel()
 		factory.Shutdown()
 		cs.trace.Addf("%s: stopped (Run returned %v)", name, err)

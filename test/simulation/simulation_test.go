@@ -137,7 +137,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		Logf:   trace.Addf,
 	})
 	world.Start()
-	cs := &controllers{store: store, plan: p, trace: trace}
+	cs := &controllers{store: store, plan: p, trace: trace, checker: checker}
 	cs.start()
 	for _, at := range p.kills {
 		world.After(at, func() { cs.killCurrent("killed at a set time") })
