@@ -110,8 +110,10 @@ func (o OnNode) Reported() bool { return o.Attached() && !o.HiddenFromNodeStatus
 
 // pair holds the objects of one volume on one node and the controller's marks.
 type pair struct {
-	objects            map[string]*Attachment
-	hidden             bool
+	objects map[string]*Attachment
+	hidden  bool
+	// hideForce is the force rule of the detach that hid the volume.
+	hideForce          ForceRule
 	unmountWaitStarted time.Time
 }
 
@@ -484,6 +486,33 @@ func (s *ActualState) ReportedVolumes(node string) []volumename.UniqueName {
 	return out
 }
 
+// HideForDetach marks the volume on the node as one node status must not list,
+// for a detach under the force rule: the rule that lets the volume leave node
+// status while the node may still have it mounted. It reports whether the
+// node's status changes.
+func (s *ActualState) HideForDetach(name volumename.UniqueName, node string, force ForceRule) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pairs[name][node]
+	if !ok {
+		return false
+	}
+	was := p.reported()
+	p.hidden, p.hideForce = true, force
+	return was != p.reported()
+}
+
+// DetachForce returns the force rule of the detach that hid the volume on the
+// node; NotForced when none did.
+func (s *ActualState) DetachForce(name volumename.UniqueName, node string) ForceRule {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if p, ok := s.pairs[name][node]; ok && p.hidden {
+		return p.hideForce
+	}
+	return NotForced
+}
+
 // SetHiddenFromNodeStatus marks or unmarks the volume on the node as one node
 // status must not list. It reports whether the node's status changes.
 func (s *ActualState) SetHiddenFromNodeStatus(name volumename.UniqueName, node string, hidden bool) bool {
@@ -494,7 +523,7 @@ func (s *ActualState) SetHiddenFromNodeStatus(name volumename.UniqueName, node s
 		return false
 	}
 	was := p.reported()
-	p.hidden = hidden
+	p.hidden, p.hideForce = hidden, NotForced
 	return was != p.reported()
 }
 

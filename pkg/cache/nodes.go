@@ -107,6 +107,36 @@ func IsShutdown(node *v1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == ShutdownTaint })
 }
 
+// ForceRule names a rule that lets a volume be detached although the node may
+// still have it mounted; its value is the reason label metrics give it.
+type ForceRule string
+
+const (
+	// NotForced: the volume goes only once kubelet no longer reports it in use.
+	NotForced ForceRule = ""
+	// ForcedOutOfService: the node carries the out-of-service taint.
+	ForcedOutOfService ForceRule = "out-of-service"
+	// ForcedOnTimeout: the wait for unmount is over and the node is not Ready.
+	ForcedOnTimeout ForceRule = "timeout"
+	// ForcedOnShutdown: the node carries the cloud provider's shutdown taint and
+	// is not Ready (only when the operator opted in).
+	ForcedOnShutdown ForceRule = "shutdown"
+)
+
+// Holds tells whether the rule holds on the node as the API server returned it:
+// an informer that lags can show a taint just removed, or a node just recovered.
+func (f ForceRule) Holds(node *v1.Node) bool {
+	switch f {
+	case ForcedOutOfService:
+		return IsOutOfService(node)
+	case ForcedOnTimeout:
+		return !IsReady(node)
+	case ForcedOnShutdown:
+		return IsShutdown(node) && !IsReady(node)
+	}
+	return false
+}
+
 // Nodes remembers every node the controller has seen, including deleted ones,
 // whose last reported volumes in use still count as mounted.
 type Nodes struct {

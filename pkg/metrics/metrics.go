@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 const namespace = "attachdetach_controller"
@@ -26,9 +28,9 @@ const (
 // out-of-service), and this controller's opt-in shutdown taint, which only its
 // own counter shows.
 const (
-	ForcedOnTimeout    = "timeout"
-	ForcedOutOfService = "out-of-service"
-	ForcedOnShutdown   = "shutdown"
+	ForcedOnTimeout    = string(cache.ForcedOnTimeout)
+	ForcedOutOfService = string(cache.ForcedOutOfService)
+	ForcedOnShutdown   = string(cache.ForcedOnShutdown)
 )
 
 // Metrics holds the collectors the controller updates.

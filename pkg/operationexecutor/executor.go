@@ -76,20 +76,15 @@ type Config struct {
 }
 
 // ForceReason says why a detach may go ahead while the node may still have the
-// volume mounted.
-type ForceReason string
+// volume mounted (see cache.ForceRule).
+type ForceReason = cache.ForceRule
 
+// The force rules, as the reconciler names them.
 const (
-	// NotForced: the detach goes ahead only if kubelet does not report the volume
-	// in use.
-	NotForced ForceReason = ""
-	// ForceOutOfService: the node carries the out-of-service taint.
-	ForceOutOfService ForceReason = metrics.ForcedOutOfService
-	// ForceUnmountTimeout: the wait for unmount is over and the node is not Ready.
-	ForceUnmountTimeout ForceReason = metrics.ForcedOnTimeout
-	// ForceShutdown: the node carries the cloud provider's shutdown taint and is
-	// not Ready (only when the operator opted in).
-	ForceShutdown ForceReason = metrics.ForcedOnShutdown
+	NotForced           = cache.NotForced
+	ForceOutOfService   = cache.ForcedOutOfService
+	ForceUnmountTimeout = cache.ForcedOnTimeout
+	ForceShutdown       = cache.ForcedOnShutdown
 )
 
 // HeldError means a single-attach volume cannot be attached because other nodes
@@ -444,7 +439,7 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 }
 
 func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReason) (err error) {
-	e.cfg.Actual.SetHiddenFromNodeStatus(on.Volume, on.Node, true)
+	e.cfg.Actual.HideForDetach(on.Volume, on.Node, force)
 	keepHidden := false
 	defer func() {
 		if err != nil && !keepHidden && e.cfg.Actual.SetHiddenFromNodeStatus(on.Volume, on.Node, false) {
@@ -469,7 +464,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			}
 		}
 	case slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
-		if !forceHolds(force, node) {
+		if !force.Holds(node) {
 			return ErrInUse
 		}
 		if force == ForceUnmountTimeout {
@@ -521,20 +516,6 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	return nil
 }
 
-// forceHolds tells whether the force rule still holds on the node as the API
-// server returned it: an informer that lags can show a taint that was just
-// removed, or a node that just recovered.
-func forceHolds(force ForceReason, node *v1.Node) bool {
-	switch force {
-	case ForceOutOfService:
-		return cache.IsOutOfService(node)
-	case ForceUnmountTimeout:
-		return !cache.IsReady(node)
-	case ForceShutdown:
-		return cache.IsShutdown(node) && !cache.IsReady(node)
-	}
-	return false
-}
 
 // delete deletes one VolumeAttachment. settled is false when the outcome could
 // not be learned: the object may be on its way out.

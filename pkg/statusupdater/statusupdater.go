@@ -160,11 +160,11 @@ func (u *Updater) Sync(ctx context.Context, nodeName string) error {
 	if r.written != nil && node.ResourceVersion == r.baseVersion {
 		current = r.written
 	}
-	want := desiredList(current, u.actual.ReportedVolumes(nodeName))
+	want, precondition := u.wanted(node, current)
 	if sameList(current, want) {
 		return nil
 	}
-	_, err = u.patch(ctx, r, node, want, u.tickets.Add(1))
+	_, err = u.patch(ctx, r, node, want, precondition, u.tickets.Add(1))
 	return err
 }
 
@@ -191,15 +191,16 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 		if r.written != nil && base.ResourceVersion == r.baseVersion {
 			current = r.written
 		}
-		if want := desiredList(current, u.actual.ReportedVolumes(nodeName)); !sameList(current, want) {
-			patched, err := u.patch(ctx, r, base, want, u.tickets.Add(1))
-			if err != nil || patched == nil || sameList(patched.Status.VolumesAttached, want) {
+		if want, precondition := u.wanted(base, current); !sameList(current, want) {
+			patched, err := u.patch(ctx, r, base, want, precondition, u.tickets.Add(1))
+			if (err != nil && !apierrors.IsConflict(err)) || (err == nil && (patched == nil || sameList(patched.Status.VolumesAttached, want))) {
 				return patched, err
 			}
 		}
 	}
 	// The informer's copy needed no patch, or the patch met a newer list than that
-	// copy held: read what the API server holds, and write again if it differs.
+	// copy held, or a newer node than the one it was judged on: read what the API
+	// server holds, and write again if it differs.
 	readTicket := u.tickets.Add(1)
 	fresh, err := u.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	switch {
@@ -213,17 +214,47 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 		return nil, nil
 	}
 	r.fresh, r.freshTicket = fresh, readTicket
-	want := desiredList(fresh.Status.VolumesAttached, u.actual.ReportedVolumes(nodeName))
+	want, precondition := u.wanted(fresh, fresh.Status.VolumesAttached)
 	if sameList(fresh.Status.VolumesAttached, want) {
 		return fresh, nil
 	}
-	return u.patch(ctx, r, fresh, want, u.tickets.Add(1))
+	return u.patch(ctx, r, fresh, want, precondition, u.tickets.Add(1))
 }
 
-// patch writes want as the node's status.volumesAttached and records the result.
-// ticket was taken before the request was sent.
-func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want []v1.AttachedVolume, ticket uint64) (*v1.Node, error) {
-	body, err := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": want}})
+// wanted returns the list node status should hold, given the list current that
+// base, or the controller's last write on it, holds. An in-tree iSCSI or Fibre
+// Channel volume has no other record than node status: one that current lists
+// and the actual state does not report stays listed while base reports it in
+// use, unless the force rule of its detach holds on base, and the write must
+// then apply to base's version of the node (precondition is its
+// resourceVersion), so that a node that changed since (kubelet reported the
+// volume in use) fails the write instead of losing the record.
+func (u *Updater) wanted(base *v1.Node, current []v1.AttachedVolume) (want []v1.AttachedVolume, precondition string) {
+	reported := u.actual.ReportedVolumes(base.Name)
+	want = desiredList(current, reported)
+	for _, av := range current {
+		name := volumename.UniqueName(av.Name)
+		if !volumename.ReportOnly(name) || slices.Contains(reported, name) {
+			continue
+		}
+		precondition = base.ResourceVersion
+		inUse := slices.Contains(base.Status.VolumesInUse, av.Name)
+		if inUse && !u.actual.DetachForce(name, base.Name).Holds(base) {
+			want = append(want, v1.AttachedVolume{Name: av.Name, DevicePath: ""})
+		}
+	}
+	return want, precondition
+}
+
+// patch writes want as the node's status.volumesAttached and records the result;
+// with a precondition, only if the node's resourceVersion is still that. ticket
+// was taken before the request was sent.
+func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want []v1.AttachedVolume, precondition string, ticket uint64) (*v1.Node, error) {
+	content := map[string]any{"status": map[string]any{"volumesAttached": want}}
+	if precondition != "" {
+		content["metadata"] = map[string]any{"resourceVersion": precondition}
+	}
+	body, err := json.Marshal(content)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the status patch of node %s: %w", base.Name, err)
 	}

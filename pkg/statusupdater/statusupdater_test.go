@@ -103,15 +103,23 @@ func patchedList(t *testing.T, p clienttesting.PatchAction) []v1.AttachedVolume 
 	if p.GetPatchType() != types.MergePatchType {
 		t.Errorf("patch type %s, want %s", p.GetPatchType(), types.MergePatchType)
 	}
-	var raw map[string]map[string][]map[string]*string
+	var raw struct {
+		// Metadata may hold a resourceVersion, a precondition.
+		Metadata map[string]string
+		Status   map[string][]map[string]*string
+	}
 	if err := json.Unmarshal(p.GetPatch(), &raw); err != nil {
 		t.Fatalf("patch %s: %v", p.GetPatch(), err)
 	}
-	if len(raw) != 1 || len(raw["status"]) != 1 {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(p.GetPatch(), &all); err != nil {
+		t.Fatalf("patch %s: %v", p.GetPatch(), err)
+	}
+	if _, rv := raw.Metadata["resourceVersion"]; len(raw.Status) != 1 || len(all) > 2 || (len(all) == 2 && (!rv || len(raw.Metadata) != 1)) {
 		t.Errorf("patch %s touches more than status.volumesAttached", p.GetPatch())
 	}
 	var out []v1.AttachedVolume
-	for _, entry := range raw["status"]["volumesAttached"] {
+	for _, entry := range raw.Status["volumesAttached"] {
 		if entry["name"] == nil || entry["devicePath"] == nil {
 			t.Errorf("patch entry %v lacks name or devicePath", entry)
 			continue
@@ -192,6 +200,16 @@ func TestSync(t *testing.T) {
 			want: []v1.AttachedVolume{},
 		},
 		{
+			name: "iSCSI entry the node reports in use, no longer reported: kept, no request",
+			node: inUse(managedNode("1", csiEntry(iscsi)), iscsi),
+		},
+		{
+			name:     "iSCSI entry the node reports in use, no longer reported, another volume attached: kept",
+			node:     inUse(managedNode("1", csiEntry(iscsi)), iscsi),
+			attached: []volumename.UniqueName{volA},
+			want:     []v1.AttachedVolume{csiEntry(volA), csiEntry(iscsi)},
+		},
+		{
 			name:     "CSI entry with a device path rewritten",
 			node:     managedNode("1", v1.AttachedVolume{Name: v1.UniqueVolumeName(volA), DevicePath: "/dev/sdb"}),
 			attached: []volumename.UniqueName{volA},
@@ -251,6 +269,47 @@ func TestSync(t *testing.T) {
 			got := patchedList(t, patches[0])
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("patched volumesAttached = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func inUse(n *v1.Node, vols ...volumename.UniqueName) *v1.Node {
+	for _, v := range vols {
+		n.Status.VolumesInUse = append(n.Status.VolumesInUse, v1.UniqueVolumeName(v))
+	}
+	return n
+}
+
+// TestSyncDropsReportOnlyVolumesOnlyFromTheNodeJudged: taking an iSCSI volume
+// out of node status, its only record, applies only to the node version that
+// showed it unused; a node forced out of service loses it even in use.
+func TestSyncDropsReportOnlyVolumesOnlyFromTheNodeJudged(t *testing.T) {
+	tainted := inUse(managedNode("7", csiEntry(iscsi)), iscsi)
+	tainted.Spec.Taints = []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}
+	tests := []struct {
+		name string
+		node *v1.Node
+		hide cache.ForceRule
+	}{
+		{name: "not in use", node: managedNode("7", csiEntry(iscsi))},
+		{name: "in use on a node out of service, detached under that rule", node: tainted, hide: cache.ForcedOutOfService},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.node, tc.node.DeepCopy())
+			h.actual.AddReportOnly(iscsi, nodeName, false)
+			h.actual.HideForDetach(iscsi, nodeName, tc.hide)
+			if err := h.updater.Sync(context.Background(), nodeName); err != nil {
+				t.Fatal(err)
+			}
+			patches := h.patches(t)
+			if len(patches) != 1 {
+				t.Fatalf("sent %d patches, want 1", len(patches))
+			}
+			want := `{"metadata":{"resourceVersion":"7"},"status":{"volumesAttached":[]}}`
+			if got := string(patches[0].GetPatch()); got != want {
+				t.Errorf("patch = %s, want %s", got, want)
 			}
 		})
 	}
