@@ -516,7 +516,6 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	return nil
 }
 
-
 // delete deletes one VolumeAttachment. settled is false when the outcome could
 // not be learned: the object may be on its way out.
 func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bool, err error) {
