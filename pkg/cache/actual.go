@@ -486,6 +486,19 @@ func (s *ActualState) ReportedVolumes(node string) []volumename.UniqueName {
 	return out
 }
 
+// HasReportOnly tells whether an in-tree iSCSI or Fibre Channel volume is
+// recorded on the node, reported there or being detached.
+func (s *ActualState) HasReportOnly(node string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for name := range s.nodeVols[node] {
+		if _, ok := s.pairs[name][node].objects[""]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // HideForDetach marks the volume on the node as one node status must not list,
 // for a detach under the force rule: the rule that lets the volume leave node
 // status while the node may still have it mounted. It reports whether the

@@ -232,7 +232,29 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 	if err != nil {
 		return nil, err
 	}
+	if err := m.SetUnmountPolicies(unmountPolicies(opts)); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// unmountPolicies lists the waits for unmount by driver ("" for the default),
+// and the drivers that never force-detach on a timeout.
+func unmountPolicies(opts Options) (map[string]time.Duration, map[string]bool) {
+	waits, never := map[string]time.Duration{}, map[string]bool{}
+	all := maps.Clone(opts.MaxWaitForUnmountPerDriver)
+	if all == nil {
+		all = map[string]reconciler.DriverUnmountPolicy{}
+	}
+	all[""] = reconciler.DriverUnmountPolicy{MaxWait: opts.MaxWaitForUnmount}
+	for driver, p := range all {
+		if p.NeverForce || opts.DisableForceDetachOnTimeout {
+			never[driver] = true
+		} else {
+			waits[driver] = p.MaxWait
+		}
+	}
+	return waits, never
 }
 
 // Run starts the informers, rebuilds the state from them before the first

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -643,5 +645,19 @@ func TestTrimObjectKeepsWhatTheControllerReads(t *testing.T) {
 	obj, _ = trimObject(node)
 	if n := obj.(*v1.Node); n.Status.Images != nil || len(n.Status.VolumesInUse) != 1 {
 		t.Errorf("trimmed node = %+v, want images dropped and volumes kept", n.Status)
+	}
+}
+
+func TestUnmountPolicies(t *testing.T) {
+	opts := DefaultOptions()
+	opts.MaxWaitForUnmountPerDriver = map[string]reconciler.DriverUnmountPolicy{"fast": {MaxWait: 30 * time.Second}, "careful": {NeverForce: true}}
+	waits, never := unmountPolicies(opts)
+	if !maps.Equal(waits, map[string]time.Duration{"": 6 * time.Minute, "fast": 30 * time.Second}) || !maps.Equal(never, map[string]bool{"careful": true}) {
+		t.Errorf("unmountPolicies = %v, %v", waits, never)
+	}
+	opts.DisableForceDetachOnTimeout = true
+	waits, never = unmountPolicies(opts)
+	if len(waits) != 0 || len(never) != 3 {
+		t.Errorf("with force detach off: unmountPolicies = %v, %v; want every driver never", waits, never)
 	}
 }

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -219,4 +220,24 @@ func (m *Metrics) ObserveShadowComparison(expected string, agreed bool) {
 		result = "disagree"
 	}
 	m.ShadowComparisons.WithLabelValues(expected, result).Inc()
+}
+
+// SetUnmountPolicies exports the wait for unmount before a force detach, per CSI
+// driver (or in-tree plugin) with a policy of its own and under driver="" for the
+// others, in seconds; +Inf where force detach on timeout is off.
+func (m *Metrics) SetUnmountPolicies(waits map[string]time.Duration, never map[string]bool) error {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "max_wait_for_unmount_seconds",
+		Help: "The wait for unmount before a force detach from a node that is not Ready, by driver (\"\" for the default); +Inf: never.",
+	}, []string{"driver"})
+	for driver, wait := range waits {
+		g.WithLabelValues(driver).Set(wait.Seconds())
+	}
+	for driver := range never {
+		g.WithLabelValues(driver).Set(math.Inf(1))
+	}
+	if err := m.Registry.Register(g); err != nil {
+		return fmt.Errorf("registering the unmount policies: %w", err)
+	}
+	return nil
 }

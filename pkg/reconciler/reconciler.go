@@ -7,6 +7,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -170,6 +171,10 @@ func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, at
 				next.at(d.ForceAt.Sub(now))
 			}
 		case ActionDetach:
+			if d.Force != operationexecutor.NotForced {
+				logger.Info("Detaching a volume the node may still have mounted", "node", on.Node, "force", d.Force,
+					"reason", d.Reason, "maxWaitForUnmount", d.Policy, "policyOf", cmp.Or(d.PolicyDriver, "default"))
+			}
 			r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, d.Force), on.Node, next)
 		}
 	}

@@ -225,13 +225,17 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 // base, or the controller's last write on it, holds. An in-tree iSCSI or Fibre
 // Channel volume has no other record than node status: one that current lists
 // and the actual state does not report stays listed while base reports it in
-// use, unless the force rule of its detach holds on base, and the write must
-// then apply to base's version of the node (precondition is its
-// resourceVersion), so that a node that changed since (kubelet reported the
-// volume in use) fails the write instead of losing the record.
+// use, unless the force rule of its detach holds on base. A write to a node that
+// has, or may have, such volumes must apply to base's version of the node only
+// (precondition is its resourceVersion), so that a node that changed since
+// (kubelet reported a volume in use, or base was behind the API server) fails
+// the write instead of losing a record.
 func (u *Updater) wanted(base *v1.Node, current []v1.AttachedVolume) (want []v1.AttachedVolume, precondition string) {
 	reported := u.actual.ReportedVolumes(base.Name)
 	want = desiredList(current, reported)
+	if u.actual.HasReportOnly(base.Name) {
+		precondition = base.ResourceVersion
+	}
 	for _, av := range current {
 		name := volumename.UniqueName(av.Name)
 		if !volumename.ReportOnly(name) || slices.Contains(reported, name) {

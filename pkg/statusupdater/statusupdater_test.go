@@ -315,6 +315,31 @@ func TestSyncDropsReportOnlyVolumesOnlyFromTheNodeJudged(t *testing.T) {
 	}
 }
 
+// TestSyncBehindTheServerKeepsReportOnlyRecords: the informer's copy of the node
+// is behind the API server, which lists an iSCSI volume being detached that the
+// node reports in use. A write judged on that copy must not replace the server's
+// list unless the server still has that copy's version (found by the simulation:
+// seed 40).
+func TestSyncBehindTheServerKeepsReportOnlyRecords(t *testing.T) {
+	informed := managedNode("3")
+	server := inUse(managedNode("4", csiEntry(iscsi)), iscsi)
+	h := newHarness(t, informed, server)
+	h.actual.AddReportOnly(iscsi, nodeName, false)
+	h.actual.HideForDetach(iscsi, nodeName, cache.NotForced)
+	h.attach(volA, true)
+	if err := h.updater.Sync(context.Background(), nodeName); err != nil {
+		t.Fatal(err)
+	}
+	patches := h.patches(t)
+	if len(patches) != 1 {
+		t.Fatalf("sent %d patches, want 1", len(patches))
+	}
+	want := `{"metadata":{"resourceVersion":"3"},"status":{"volumesAttached":[{"name":"kubernetes.io/csi/d^a","devicePath":""}]}}`
+	if got := string(patches[0].GetPatch()); got != want {
+		t.Errorf("patch = %s, want %s: only the version judged may be replaced", got, want)
+	}
+}
+
 func TestSyncPatchBody(t *testing.T) {
 	h := newHarness(t, managedNode("1"), managedNode("1"))
 	h.attach(volA, true)
