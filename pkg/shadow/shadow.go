@@ -20,6 +20,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 
@@ -147,16 +148,7 @@ func listedWhen(e Expectation) bool { return e == ExpectAttached || e == ExpectK
 // Run compares, every interval, the decisions whose grace period is over, until
 // ctx ends.
 func (c *Comparer) Run(ctx context.Context, interval time.Duration) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			c.CompareDue()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { c.CompareDue() }, interval)
 }
 
 // CompareDue compares the decisions that have stood for the grace period and

@@ -19,21 +19,23 @@ var (
 	markdownLink = regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 )
 
-// markdownFiles returns the repository's Markdown files, relative to root.
-func markdownFiles(t *testing.T) []string {
+// filesEndingIn returns the repository's files whose names end in suffix, with
+// their contents, by path relative to root; hidden directories are skipped.
+func filesEndingIn(t *testing.T, suffix string) map[string]string {
 	t.Helper()
-	var out []string
+	out := map[string]string{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root {
+		case d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root:
 			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(path, suffix):
+			return nil
 		}
-		if !d.IsDir() && strings.HasSuffix(path, ".md") {
-			out = append(out, path)
-		}
-		return nil
+		src, err := os.ReadFile(path)
+		out[path] = string(src)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -43,28 +45,13 @@ func markdownFiles(t *testing.T) []string {
 
 func TestNamedTestsExist(t *testing.T) {
 	defined := map[string]bool{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
-			return err
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range testFunc.FindAllStringSubmatch(string(src), -1) {
+	for _, src := range filesEndingIn(t, "_test.go") {
+		for _, m := range testFunc.FindAllStringSubmatch(src, -1) {
 			defined[m[1]] = true
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	for _, page := range markdownFiles(t) {
-		src, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range testName.FindAllStringSubmatch(string(src), -1) {
+	for page, src := range filesEndingIn(t, ".md") {
+		for _, m := range testName.FindAllStringSubmatch(src, -1) {
 			if !defined[m[1]] {
 				t.Errorf("%s names %s, which no test file defines", page, m[1])
 			}
@@ -77,12 +64,8 @@ func TestLinksStayInTheRepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, page := range markdownFiles(t) {
-		src, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range markdownLink.FindAllStringSubmatch(string(src), -1) {
+	for page, src := range filesEndingIn(t, ".md") {
+		for _, m := range markdownLink.FindAllStringSubmatch(src, -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
