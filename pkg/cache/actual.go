@@ -516,14 +516,15 @@ func (s *ActualState) HideForDetach(name volumename.UniqueName, node string, for
 }
 
 // DetachForce returns the force rule of the detach that hid the volume on the
-// node; NotForced when none did.
-func (s *ActualState) DetachForce(name volumename.UniqueName, node string) ForceRule {
+// node, and whether a detach did: false when the volume is not recorded there,
+// or not hidden.
+func (s *ActualState) DetachForce(name volumename.UniqueName, node string) (ForceRule, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if p, ok := s.pairs[name][node]; ok && p.hidden {
-		return p.hideForce
+		return p.hideForce, true
 	}
-	return NotForced
+	return NotForced, false
 }
 
 // SetHiddenFromNodeStatus marks or unmarks the volume on the node as one node

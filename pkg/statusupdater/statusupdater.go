@@ -223,9 +223,10 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 
 // wanted returns the list node status should hold, given the list current that
 // base, or the controller's last write on it, holds. An in-tree iSCSI or Fibre
-// Channel volume has no other record than node status: one that current lists
-// and the actual state does not report stays listed while base reports it in
-// use, unless the force rule of its detach holds on base. A write to a node that
+// Channel volume has no other record than node status: one that a detach took
+// out of what the actual state reports stays listed while base reports it in
+// use, unless the force rule of that detach holds on base (once the detach is
+// over, nothing records the volume and it goes). A write to a node that
 // has, or may have, such volumes must apply to base's version of the node only
 // (precondition is its resourceVersion), so that a node that changed since
 // (kubelet reported a volume in use, or base was behind the API server) fails
@@ -242,8 +243,8 @@ func (u *Updater) wanted(base *v1.Node, current []v1.AttachedVolume) (want []v1.
 			continue
 		}
 		precondition = base.ResourceVersion
-		inUse := slices.Contains(base.Status.VolumesInUse, av.Name)
-		if inUse && !u.actual.DetachForce(name, base.Name).Holds(base) {
+		force, detaching := u.actual.DetachForce(name, base.Name)
+		if detaching && slices.Contains(base.Status.VolumesInUse, av.Name) && !force.Holds(base) {
 			want = append(want, v1.AttachedVolume{Name: av.Name, DevicePath: ""})
 		}
 	}

@@ -200,14 +200,23 @@ func TestSync(t *testing.T) {
 			want: []v1.AttachedVolume{},
 		},
 		{
-			name: "iSCSI entry the node reports in use, no longer reported: kept, no request",
-			node: inUse(managedNode("1", csiEntry(iscsi)), iscsi),
+			name:       "iSCSI entry being detached that the node reports in use: kept, no request",
+			node:       inUse(managedNode("1", csiEntry(iscsi)), iscsi),
+			reportOnly: []volumename.UniqueName{iscsi},
+			hidden:     []volumename.UniqueName{iscsi},
 		},
 		{
-			name:     "iSCSI entry the node reports in use, no longer reported, another volume attached: kept",
-			node:     inUse(managedNode("1", csiEntry(iscsi)), iscsi),
-			attached: []volumename.UniqueName{volA},
-			want:     []v1.AttachedVolume{csiEntry(volA), csiEntry(iscsi)},
+			name:       "iSCSI entry being detached that the node reports in use, another volume attached: kept",
+			node:       inUse(managedNode("1", csiEntry(iscsi)), iscsi),
+			attached:   []volumename.UniqueName{volA},
+			reportOnly: []volumename.UniqueName{iscsi},
+			hidden:     []volumename.UniqueName{iscsi},
+			want:       []v1.AttachedVolume{csiEntry(volA), csiEntry(iscsi)},
+		},
+		{
+			name: "iSCSI entry no longer recorded (its detach is over), the node still reporting it in use: removed",
+			node: inUse(managedNode("1", csiEntry(iscsi)), iscsi),
+			want: []v1.AttachedVolume{},
 		},
 		{
 			name:     "CSI entry with a device path rewritten",
@@ -247,11 +256,11 @@ func TestSync(t *testing.T) {
 			for _, v := range tc.pending {
 				h.attach(v, false)
 			}
-			for _, v := range tc.hidden {
-				h.actual.SetHiddenFromNodeStatus(v, nodeName, true)
-			}
 			for _, v := range tc.reportOnly {
 				h.actual.AddReportOnly(v, nodeName, false)
+			}
+			for _, v := range tc.hidden {
+				h.actual.SetHiddenFromNodeStatus(v, nodeName, true)
 			}
 			if err := h.updater.Sync(context.Background(), nodeName); err != nil {
 				t.Fatalf("Sync: %v", err)
