@@ -27,6 +27,9 @@ const (
 	KubeControllerManager = "kube-controller-manager"
 	Kubectl               = "kubectl"
 	CSIAttacher           = "csi-attacher"
+	// HollowKubelet is hack/tools/hollow-kubelet: the real kubelet of
+	// KUBERNETES_VERSION with a fake container runtime and mounter.
+	HollowKubelet = "hollow-kubelet"
 )
 
 const (
@@ -75,20 +78,12 @@ var ReadVersions = sync.OnceValues(func() (Versions, error) {
 var toolPaths sync.Map
 
 // Tool returns the path of an upstream tool (KubeAPIServer, KubeControllerManager,
-// Kubectl or CSIAttacher) at its pinned version, building it on first use through
-// hack/build-tools.sh, whose progress (each tool as its build starts and ends, with
-// the time it took) goes to standard error.
+// Kubectl, CSIAttacher or HollowKubelet) at its pinned version, building it on first
+// use through hack/build-tools.sh, whose progress (each tool as its build starts and
+// ends, with the time it took) goes to standard error.
 func Tool(ctx context.Context, name string) (string, error) {
 	if p, ok := toolPaths.Load(name); ok {
 		return p.(string), nil
-	}
-	versions, err := ReadVersions()
-	if err != nil {
-		return "", err
-	}
-	file := name + "-" + versions.Kubernetes
-	if name == CSIAttacher {
-		file = name + "-" + versions.ExternalAttacher
 	}
 	root, cache, err := dirs()
 	if err != nil {
@@ -106,8 +101,9 @@ func Tool(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("building %s with %s: %w", name, buildScript, err)
 	}
+	// The script prints the path of each tool it was asked for, one a line.
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	path := filepath.Join(strings.TrimSpace(lines[len(lines)-1]), file)
+	path := strings.TrimSpace(lines[len(lines)-1])
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("%s did not produce %s: %w", buildScript, path, err)
 	}

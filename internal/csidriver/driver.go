@@ -56,8 +56,11 @@ type Call struct {
 	PublishContext map[string]string
 	// StagingPath and TargetPath are the Node calls' paths.
 	StagingPath, TargetPath string
-	Code                    codes.Code
-	Time                    time.Time
+	// StillStaged tells, for a ControllerUnpublishVolume, that a node plugin still
+	// had the volume staged on that node: a detach from under a mounted volume.
+	StillStaged bool
+	Code        codes.Code
+	Time        time.Time
 }
 
 // Conflict is a ControllerPublishVolume refused because the volume, not published with

@@ -17,6 +17,6 @@ import (
 var env *suite.Env
 
 func TestMain(m *testing.M) {
-	opts := suite.Options{Tools: []string{binaries.CSIAttacher, binaries.Kubectl}}
+	opts := suite.Options{Tools: []string{binaries.CSIAttacher, binaries.Kubectl, binaries.HollowKubelet, binaries.KubeControllerManager}}
 	os.Exit(suite.Main(m, opts, func(e *suite.Env) { env = e }))
 }
