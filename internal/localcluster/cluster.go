@@ -28,6 +28,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/externalattacher"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
@@ -63,6 +64,13 @@ type Options struct {
 	// NodeStatusUpdateFrequency and NodeLeaseDuration configure the hollow kubelets
 	// (see hollownode.Options); 0 keeps kubelet's 10s and 40s.
 	NodeStatusUpdateFrequency, NodeLeaseDuration time.Duration
+	// NodeMonitorGracePeriod, if set, runs kube-controller-manager's node lifecycle
+	// controller alone, with this --node-monitor-grace-period: a node whose kubelet
+	// stops goes NotReady. It judges every node of the control plane.
+	NodeMonitorGracePeriod time.Duration
+	// KubeControllerManager is the kube-controller-manager executable for
+	// NodeMonitorGracePeriod; built on first use if empty.
+	KubeControllerManager string
 	// DriverName is the CSI driver's name; DefaultDriverName if empty.
 	DriverName string
 	// UnmountDelay is how long the kubelet stand-in takes to unmount a volume a pod
@@ -105,6 +113,9 @@ type Cluster struct {
 	Hollow map[string]*HollowNode
 	// Controller is the attachdetach-controller process.
 	Controller *controllerproc.Controller
+	// NodeLifecycle is kube-controller-manager running the node lifecycle
+	// controller; nil without Options.NodeMonitorGracePeriod.
+	NodeLifecycle *proc.Process
 
 	ownEnv, ownDir bool
 	// stopBackground ends the kubelet stand-in.
@@ -201,6 +212,13 @@ func (c *Cluster) start(ctx, background context.Context, opts Options) error {
 		progress("kubelet stand-in running nodes %s", strings.Join(c.Nodes, ", "))
 	}
 
+	if opts.NodeMonitorGracePeriod > 0 {
+		if err := c.startNodeLifecycle(ctx, opts.KubeControllerManager, opts.NodeMonitorGracePeriod); err != nil {
+			return err
+		}
+		progress("kube-controller-manager %s running its node lifecycle controller alone (pid %d)", versions.Kubernetes, c.NodeLifecycle.Pid())
+	}
+
 	ctrlOpts := opts.Controller
 	ctrlOpts.Kubeconfig = c.Kubeconfig
 	if ctrlOpts.LogFile == "" {
@@ -282,6 +300,11 @@ func (c *Cluster) Stop() {
 	}
 	if c.Attacher != nil {
 		c.Attacher.Stop()
+	}
+	if c.NodeLifecycle != nil {
+		if err := c.NodeLifecycle.Stop(lifecycleStopGrace); err != nil {
+			logError(err, "Stopping kube-controller-manager")
+		}
 	}
 	c.stopHollowNodes()
 	c.stopBackground()

@@ -32,6 +32,9 @@ type clusterOptions struct {
 	hollow bool
 	// controllerArgs are more flags for the controller.
 	controllerArgs []string
+	// nodeMonitorGracePeriod, if set, runs kube-controller-manager's node lifecycle
+	// controller with it.
+	nodeMonitorGracePeriod time.Duration
 }
 
 // Hollow kubelets' timing in the suite: node status every 2s instead of 10s (kubelet
@@ -69,6 +72,8 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		HollowKubelet:             hollowKubelet(opts.hollow),
 		NodeStatusUpdateFrequency: hollowStatusPeriod,
 		NodeLeaseDuration:         hollowLeaseDuration,
+		NodeMonitorGracePeriod:    opts.nodeMonitorGracePeriod,
+		KubeControllerManager:     env.Tool(binaries.KubeControllerManager),
 	})
 	if err != nil {
 		t.Fatal(err)
