@@ -111,6 +111,9 @@ type Cluster struct {
 	Kubelet *sim.Kubelet
 	// Hollow are the hollow nodes by name; nil without Options.HollowNodes.
 	Hollow map[string]*HollowNode
+	// NodeStatusUpdateFrequency is the hollow kubelets' node status period, 0 for
+	// kubelet's default.
+	NodeStatusUpdateFrequency time.Duration
 	// Controller is the attachdetach-controller process.
 	Controller *controllerproc.Controller
 	// NodeLifecycle is kube-controller-manager running the node lifecycle
@@ -135,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.DriverName == "" {
 		opts.DriverName = DefaultDriverName
 	}
-	c := &Cluster{Dir: opts.Dir, DriverName: opts.DriverName, Nodes: opts.Nodes, Env: opts.Env}
+	c := &Cluster{Dir: opts.Dir, DriverName: opts.DriverName, Nodes: opts.Nodes, Env: opts.Env, NodeStatusUpdateFrequency: opts.NodeStatusUpdateFrequency}
 	if c.Dir == "" {
 		dir, err := testenv.TempDir("attachdetach-local-")
 		if err != nil {
@@ -316,7 +319,7 @@ func (c *Cluster) Stop() {
 	}
 	if c.ownDir {
 		if err := os.RemoveAll(c.Dir); err != nil {
-			klog.Background().Error(err, "Removing the cluster directory", "dir", c.Dir)
+			logError(err, "Removing the cluster directory", "dir", c.Dir)
 		}
 	}
 }
@@ -332,6 +335,9 @@ func (c *Cluster) LogFiles() []string {
 	}
 	if c.Controller != nil {
 		logs = append(logs, c.Controller.LogFile())
+	}
+	if c.NodeLifecycle != nil {
+		logs = append(logs, c.NodeLifecycle.LogPath())
 	}
 	for _, name := range c.Nodes {
 		if h := c.Hollow[name]; h != nil {

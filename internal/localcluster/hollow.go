@@ -14,12 +14,10 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/hollownode"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
 const (
-	// ManagedAttachDetachAnnotation is what kubelet puts on its Node when controller
-	// attach/detach is on.
-	ManagedAttachDetachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 	// nodeReadyTimeout bounds the wait for a started kubelet's node to be Ready with
 	// the driver registered.
 	nodeReadyTimeout = time.Minute
@@ -94,8 +92,8 @@ func (c *Cluster) nodeNotReady(ctx context.Context, name string) string {
 	if err != nil {
 		return fmt.Sprintf("reading the node: %v", err)
 	}
-	if node.Annotations[ManagedAttachDetachAnnotation] != "true" {
-		return "no " + ManagedAttachDetachAnnotation + " annotation"
+	if node.Annotations[sim.ControllerManagedAnnotation] != "true" {
+		return "no " + sim.ControllerManagedAnnotation + " annotation"
 	}
 	if !slices.ContainsFunc(node.Status.Conditions, func(cond corev1.NodeCondition) bool {
 		return cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue

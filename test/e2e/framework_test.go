@@ -52,6 +52,10 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		opts.nodes = 2
 	}
 	_, ctx := ktesting.NewTestContext(t)
+	if opts.hollow {
+		// Started first, the checker's clean-up runs last, after the cluster stopped.
+		suite.StartChecker(t, env.Env)
+	}
 	id := rand.String(5)
 	var nodes []string
 	for i := range opts.nodes {
