@@ -25,7 +25,6 @@ const cspVersion = "1.0.0"
 // answers it. It serves through kubelet restarts: a new kubelet finds the
 // registration socket again and registers the driver anew.
 type NodePlugin struct {
-	nodeID   string
 	csi      *Server
 	registry *Server
 
@@ -51,7 +50,7 @@ func ServeNode(ctx context.Context, d *Driver, nodeID, csiEndpoint, registryDir 
 			return nil, fmt.Errorf("socket path %s is longer than %d bytes", path, maxSocketPath)
 		}
 	}
-	p := &NodePlugin{nodeID: nodeID}
+	p := &NodePlugin{}
 	p.csi, err = serve(logger, csiPath, "CSI node plugin", func(s *grpc.Server) {
 		csi.RegisterIdentityServer(s, &identityServer{driver: d})
 		csi.RegisterNodeServer(s, &nodeServer{driver: d, nodeID: nodeID})
@@ -68,9 +67,6 @@ func ServeNode(ctx context.Context, d *Driver, nodeID, csiEndpoint, registryDir 
 	}
 	return p, nil
 }
-
-// NodeID is the ID the plugin gives kubelet in NodeGetInfo.
-func (p *NodePlugin) NodeID() string { return p.nodeID }
 
 // Registrations returns how many times kubelet registered the plugin successfully,
 // and the error of the last failed registration ("" if none failed).

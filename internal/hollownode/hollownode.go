@@ -137,21 +137,12 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// Name is the node's name.
-func (n *Node) Name() string { return n.opts.Name }
-
-// RootDir is kubelet's root directory.
-func (n *Node) RootDir() string { return n.opts.RootDir }
-
 // RegistryDir is kubelet's plugin registration directory, <root>/plugins_registry,
 // where a CSI driver's node plugin puts its registration socket.
 func (n *Node) RegistryDir() string { return filepath.Join(n.opts.RootDir, "plugins_registry") }
 
 // LogFile is the path of kubelet's log.
 func (n *Node) LogFile() string { return n.opts.LogFile }
-
-// Process is kubelet's process, or the last one; nil before the first Start.
-func (n *Node) Process() *proc.Process { return n.proc }
 
 // Running tells whether kubelet is running.
 func (n *Node) Running() bool { return n.proc != nil && n.proc.Running() }
