@@ -1,12 +1,17 @@
-// Command attachdetach-controller attaches and detaches CSI volumes in place of the
-// attach/detach loop of kube-controller-manager.
+// Command attachdetach-controller attaches and detaches volumes in place of the
+// attach/detach loop of kube-controller-manager. Its explain subcommand (also
+// installed as the kubectl plugin kubectl-attachdetach) tells why a volume is, or
+// is not, attached.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
@@ -21,11 +26,21 @@ import (
 // from decoding watch events. GOGC in the environment overrides it.
 const defaultGCPercent = 50
 
+// pluginName is the binary's name as a kubectl plugin: kubectl attachdetach ...
+const pluginName = "kubectl-attachdetach"
+
 func main() {
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == pluginName || (len(args) > 0 && args[0] == "explain") {
+		os.Exit(explainMain(args))
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	opts, err := app.ParseFlags(os.Args[1:], os.Stderr)
+	opts, err := app.ParseFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "attachdetach-controller:", err)
 		os.Exit(2)
@@ -44,4 +59,25 @@ func main() {
 		klog.Flush()
 		os.Exit(1)
 	}
+}
+
+// explainMain runs the explain command, the one subcommand, also reached as
+// kubectl plugin.
+func explainMain(args []string) int {
+	if len(args) == 0 || args[0] != "explain" {
+		fmt.Fprintln(os.Stderr, "usage: kubectl attachdetach explain (pod|pvc|pv|node|volumeattachment)/NAME [-n NAMESPACE] [-o text|json|yaml]")
+		return 2
+	}
+	opts, err := app.ParseExplainFlags(args[1:], os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "explain:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := app.RunExplain(ctx, opts, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "explain:", err)
+		return 1
+	}
+	return 0
 }

@@ -52,7 +52,7 @@ func runAgainst(ctx context.Context, stop context.CancelFunc, kubeconfigEnv stri
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--leader-elect=true",
-		"--bind-address=127.0.0.1:0",
+		"--http-endpoint=127.0.0.1:0",
 		"-v=2",
 	}, extraArgs...)
 	fmt.Printf("KUBECONFIG is set: running the attachdetach-controller against %s (context %q) with leader election.\n", server, merged.CurrentContext)

@@ -63,10 +63,10 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 		AttacherRetryStart: 200 * time.Millisecond,
 		AttacherRetryMax:   10 * time.Second,
 		Controller: controllerproc.Options{
-			Binary:      controller,
-			LeaderElect: true,
-			BindAddress: metrics,
-			Args:        cfg.controllerArgs,
+			Binary:       controller,
+			LeaderElect:  true,
+			HTTPEndpoint: metrics,
+			Args:         cfg.controllerArgs,
 		},
 		Progress: os.Stdout,
 	})

@@ -27,6 +27,7 @@ const (
 	KubeControllerManager = "kube-controller-manager"
 	Kubectl               = "kubectl"
 	CSIAttacher           = "csi-attacher"
+	Promtool              = "promtool"
 	// HollowKubelet is hack/tools/hollow-kubelet: the real kubelet of
 	// KUBERNETES_VERSION with a fake container runtime and mounter.
 	HollowKubelet = "hollow-kubelet"
@@ -47,6 +48,9 @@ type Versions struct {
 	Kubernetes string
 	// ExternalAttacher is the version of csi-attacher.
 	ExternalAttacher string
+	// Prometheus is the version of the github.com/prometheus/prometheus module
+	// promtool is built from.
+	Prometheus string
 }
 
 // ReadVersions reads the versions hack/tools/versions pins.
@@ -67,9 +71,9 @@ var ReadVersions = sync.OnceValues(func() (Versions, error) {
 			vars[name] = value
 		}
 	}
-	v := Versions{Kubernetes: vars["KUBERNETES_VERSION"], ExternalAttacher: vars["EXTERNAL_ATTACHER_VERSION"]}
-	if v.Kubernetes == "" || v.ExternalAttacher == "" {
-		return Versions{}, fmt.Errorf("%s must set KUBERNETES_VERSION and EXTERNAL_ATTACHER_VERSION", path)
+	v := Versions{Kubernetes: vars["KUBERNETES_VERSION"], ExternalAttacher: vars["EXTERNAL_ATTACHER_VERSION"], Prometheus: vars["PROMETHEUS_VERSION"]}
+	if v.Kubernetes == "" || v.ExternalAttacher == "" || v.Prometheus == "" {
+		return Versions{}, fmt.Errorf("%s must set KUBERNETES_VERSION, EXTERNAL_ATTACHER_VERSION and PROMETHEUS_VERSION", path)
 	}
 	return v, nil
 })
@@ -78,9 +82,9 @@ var ReadVersions = sync.OnceValues(func() (Versions, error) {
 var toolPaths sync.Map
 
 // Tool returns the path of an upstream tool (KubeAPIServer, KubeControllerManager,
-// Kubectl, CSIAttacher or HollowKubelet) at its pinned version, building it on first
-// use through hack/build-tools.sh, whose progress (each tool as its build starts and
-// ends, with the time it took) goes to standard error.
+// Kubectl, CSIAttacher, Promtool or HollowKubelet) at its pinned version, building it
+// on first use through hack/build-tools.sh, whose progress (each tool as its build
+// starts and ends, with the time it took) goes to standard error.
 func Tool(ctx context.Context, name string) (string, error) {
 	if p, ok := toolPaths.Load(name); ok {
 		return p.(string), nil

@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// testOnlyModules are modules only the tests and the local demo use, for the CSI
-// test driver: the controller must not link them.
-var testOnlyModules = []string{"google.golang.org/grpc", "github.com/container-storage-interface/spec", "k8s.io/kubelet"}
+// testOnlyModules are modules only the tests and the local demo use: for the CSI
+// test driver and its registration with kubelet, and the PromQL parser that checks
+// the alerting rules and the dashboard. The controller must not link them.
+var testOnlyModules = []string{"google.golang.org/grpc", "github.com/container-storage-interface/spec", "k8s.io/kubelet", "github.com/prometheus/prometheus"}
 
 func TestControllerLinksNoTestOnlyModule(t *testing.T) {
 	root, err := RepoRoot()
@@ -35,7 +36,29 @@ func TestReadVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(v.Kubernetes, "v1.") || !strings.HasPrefix(v.ExternalAttacher, "v") {
-		t.Errorf("versions %+v, want a Kubernetes v1.x and an external-attacher version", v)
+	if !strings.HasPrefix(v.Kubernetes, "v1.") || !strings.HasPrefix(v.ExternalAttacher, "v") || !strings.HasPrefix(v.Prometheus, "v0.") {
+		t.Errorf("versions %+v, want a Kubernetes v1.x, an external-attacher and a Prometheus module version", v)
+	}
+}
+
+// TestPromQLParserIsPromtools: the tests parse PromQL with the version of the
+// Prometheus module promtool is built from.
+func TestPromQLParserIsPromtools(t *testing.T) {
+	v, err := ReadVersions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/prometheus/prometheus")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m github.com/prometheus/prometheus: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != v.Prometheus {
+		t.Errorf("go.mod requires github.com/prometheus/prometheus %s, hack/tools/versions pins %s", got, v.Prometheus)
 	}
 }

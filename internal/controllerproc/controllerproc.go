@@ -41,8 +41,9 @@ type Options struct {
 	LogFile string
 	// LeaderElect runs the controller with leader election, as in production.
 	LeaderElect bool
-	// BindAddress is the address of its probes and metrics; empty: none.
-	BindAddress string
+	// HTTPEndpoint is the host:port of its probes and metrics (--http-endpoint);
+	// empty: none, port 0: any free port, which HTTPAddress tells.
+	HTTPEndpoint string
 	// Verbosity is the controller's -v; 0 means 4.
 	Verbosity int
 	// Args are more flags, appended: where they repeat a flag above, they win.
@@ -52,7 +53,7 @@ type Options struct {
 func (o Options) args() []string {
 	args := []string{
 		"--kubeconfig=" + o.Kubeconfig,
-		"--bind-address=" + o.BindAddress,
+		"--http-endpoint=" + o.HTTPEndpoint,
 		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
 		"-v=" + strconv.Itoa(cmp.Or(o.Verbosity, 4)),
 	}
@@ -174,6 +175,20 @@ var identityLine = regexp.MustCompile(`"Waiting to become the leader" .*identity
 // until it has logged it.
 func (c *Controller) Identity() string {
 	if m := c.FindInLog(identityLine); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// httpLine is what the controller logs, with the address, once its HTTP server
+// listens.
+var httpLine = regexp.MustCompile(`"Serving probes and metrics" address="([^"]+)"`)
+
+// HTTPAddress returns the host:port the controller's probes and metrics listen on,
+// from its log; "" until it has logged it. After a restart it is the first
+// process's address: give a fixed port to a controller that restarts.
+func (c *Controller) HTTPAddress() string {
+	if m := c.FindInLog(httpLine); m != nil {
 		return m[1]
 	}
 	return ""

@@ -59,7 +59,7 @@ func (k *Kubelet) volumesReady(p nodePod, attached, inUse map[string]bool) bool 
 		return false
 	}
 	for _, v := range p.vols {
-		if (!attached[v.uniqueName()] || !inUse[v.uniqueName()]) && k.attachRequired(v.driver) {
+		if (!attached[v.uniqueName()] || !inUse[v.uniqueName()]) && (v.driver == "" || k.attachRequired(v.driver)) {
 			return false
 		}
 	}

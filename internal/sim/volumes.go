@@ -58,13 +58,62 @@ func CSISource(pv *corev1.PersistentVolume) *corev1.CSIPersistentVolumeSource {
 	return translated.Spec.CSI
 }
 
-// podVolume is a volume a pod uses that may need attaching.
+// podVolume is a volume a pod uses that may need attaching: a CSI volume of
+// driver, or an in-tree iSCSI or Fibre Channel volume (no driver), which kubelet
+// attaches itself once node status lists it.
 type podVolume struct {
-	driver, handle string
+	name, driver string
 }
 
-func (v podVolume) uniqueName() string {
-	return UniqueVolumeName(v.driver, v.handle)
+func csiVolume(driver, handle string) podVolume {
+	return podVolume{name: UniqueVolumeName(driver, handle), driver: driver}
+}
+
+func (v podVolume) uniqueName() string { return v.name }
+
+// ISCSIVolumeName is kubelet's name of an iSCSI volume.
+func ISCSIVolumeName(targetPortal, iqn string, lun int32) string {
+	return fmt.Sprintf("kubernetes.io/iscsi/%s:%s:%d", targetPortal, iqn, lun)
+}
+
+// FCVolumeName is kubelet's name of a Fibre Channel volume: by target WWNs and
+// LUN when the source has both, else by WWIDs; empty when it has neither.
+func FCVolumeName(src *corev1.FCVolumeSource) string {
+	switch {
+	case len(src.TargetWWNs) > 0 && src.Lun != nil:
+		return fmt.Sprintf("kubernetes.io/fc/%v:%d", src.TargetWWNs, *src.Lun)
+	case len(src.WWIDs) > 0:
+		return fmt.Sprintf("kubernetes.io/fc/%v", src.WWIDs)
+	}
+	return ""
+}
+
+// fcVolume returns the Fibre Channel volume of a source that kubelet can name.
+func fcVolume(src *corev1.FCVolumeSource) (podVolume, bool) {
+	name := FCVolumeName(src)
+	return podVolume{name: name}, name != ""
+}
+
+// inlineInTreeVolume returns the iSCSI or Fibre Channel volume inline in a pod.
+func inlineInTreeVolume(vol *corev1.Volume) (podVolume, bool) {
+	switch {
+	case vol.ISCSI != nil:
+		return podVolume{name: ISCSIVolumeName(vol.ISCSI.TargetPortal, vol.ISCSI.IQN, vol.ISCSI.Lun)}, true
+	case vol.FC != nil:
+		return fcVolume(vol.FC)
+	}
+	return podVolume{}, false
+}
+
+// pvInTreeVolume returns the iSCSI or Fibre Channel volume of a PersistentVolume.
+func pvInTreeVolume(pv *corev1.PersistentVolume) (podVolume, bool) {
+	switch {
+	case pv.Spec.ISCSI != nil:
+		return podVolume{name: ISCSIVolumeName(pv.Spec.ISCSI.TargetPortal, pv.Spec.ISCSI.IQN, pv.Spec.ISCSI.Lun)}, true
+	case pv.Spec.FC != nil:
+		return fcVolume(pv.Spec.FC)
+	}
+	return podVolume{}, false
 }
 
 // podClaims returns the namespace/name keys of the PVCs a pod's volumes go through.
@@ -81,13 +130,13 @@ func podClaims(pod *corev1.Pod) []string {
 	return claims
 }
 
-// resolver finds the CSI volumes behind a pod's volumes through the informer caches.
+// resolver finds the attachable volumes behind a pod's volumes through the informer caches.
 type resolver struct {
 	pvcs corelisters.PersistentVolumeClaimLister
 	pvs  corelisters.PersistentVolumeLister
 }
 
-// podVolumes returns the CSI volumes a pod uses that are resolved by now, and how many
+// podVolumes returns the attachable volumes a pod uses that are resolved by now, and how many
 // claims are not: a claim resolves once it is bound and its PV is known.
 func (r resolver) podVolumes(pod *corev1.Pod) (vols []podVolume, unresolved int, err error) {
 	for i := range pod.Spec.Volumes {
@@ -98,13 +147,18 @@ func (r resolver) podVolumes(pod *corev1.Pod) (vols []podVolume, unresolved int,
 			claim = vol.PersistentVolumeClaim.ClaimName
 		case vol.Ephemeral != nil:
 			claim = pod.Name + "-" + vol.Name
+		case vol.ISCSI != nil || vol.FC != nil:
+			if v, ok := inlineInTreeVolume(vol); ok {
+				vols = append(vols, v)
+			}
+			continue
 		case translator.IsInlineMigratable(vol):
 			pv, err := translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), vol, pod.Namespace)
 			if err != nil {
 				return nil, 0, fmt.Errorf("translating inline volume %q of pod %s/%s: %w", vol.Name, pod.Namespace, pod.Name, err)
 			}
 			if pv.Spec.CSI != nil {
-				vols = append(vols, podVolume{driver: pv.Spec.CSI.Driver, handle: pv.Spec.CSI.VolumeHandle})
+				vols = append(vols, csiVolume(pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle))
 			}
 			continue
 		default:
@@ -127,7 +181,9 @@ func (r resolver) podVolumes(pod *corev1.Pod) (vols []podVolume, unresolved int,
 			return nil, 0, fmt.Errorf("reading volume %s: %w", pvc.Spec.VolumeName, err)
 		}
 		if src := CSISource(pv); src != nil {
-			vols = append(vols, podVolume{driver: src.Driver, handle: src.VolumeHandle})
+			vols = append(vols, csiVolume(src.Driver, src.VolumeHandle))
+		} else if v, ok := pvInTreeVolume(pv); ok {
+			vols = append(vols, v)
 		}
 	}
 	return vols, unresolved, nil

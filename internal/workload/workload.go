@@ -46,10 +46,21 @@ type Volume struct {
 	// Driver is the CSI driver, Handle the volume handle, the volume ID it sees.
 	Driver, Handle string
 	Modes          []corev1.PersistentVolumeAccessMode
+	// InTree, when set, is the PersistentVolume's in-tree iSCSI or Fibre Channel
+	// source, used instead of the CSI driver: no VolumeAttachment records it.
+	InTree *corev1.PersistentVolumeSource
 }
 
 // UniqueName is the name of the volume in node status.
-func (v Volume) UniqueName() string { return sim.UniqueVolumeName(v.Driver, v.Handle) }
+func (v Volume) UniqueName() string {
+	switch {
+	case v.InTree == nil:
+		return sim.UniqueVolumeName(v.Driver, v.Handle)
+	case v.InTree.ISCSI != nil:
+		return sim.ISCSIVolumeName(v.InTree.ISCSI.TargetPortal, v.InTree.ISCSI.IQN, v.InTree.ISCSI.Lun)
+	}
+	return sim.FCVolumeName(v.InTree.FC)
+}
 
 // AttachmentName is the name of the volume's VolumeAttachment on node.
 func (v Volume) AttachmentName(node string) string {
@@ -68,11 +79,14 @@ type VolumeOptions struct {
 	// NoPV creates only the claim, bound to a PersistentVolume that CreatePV makes
 	// later.
 	NoPV bool
+	// InTree is an in-tree iSCSI or Fibre Channel source for the PersistentVolume
+	// instead of a CSI one.
+	InTree *corev1.PersistentVolumeSource
 }
 
 // NewVolume names the volume of a claim, <namespace>-<claim>, without making anything.
 func (w *Workload) NewVolume(claim string, o VolumeOptions) Volume {
-	v := Volume{PV: w.Namespace + "-" + claim, Namespace: w.Namespace, Claim: claim, Driver: w.Driver, Handle: o.Handle, Modes: o.Modes}
+	v := Volume{PV: w.Namespace + "-" + claim, Namespace: w.Namespace, Claim: claim, Driver: w.Driver, Handle: o.Handle, Modes: o.Modes, InTree: o.InTree}
 	if v.Handle == "" {
 		v.Handle = v.PV
 	}
@@ -137,6 +151,9 @@ func (w *Workload) CreatePV(ctx context.Context, v Volume, claimUID types.UID) e
 				CSI: &corev1.CSIPersistentVolumeSource{Driver: v.Driver, VolumeHandle: v.Handle},
 			},
 		},
+	}
+	if v.InTree != nil {
+		pv.Spec.PersistentVolumeSource = *v.InTree
 	}
 	created, err := w.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err != nil {

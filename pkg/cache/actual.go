@@ -15,11 +15,14 @@ import (
 // Attachment is one VolumeAttachment object for a volume on a node, or one the
 // controller is creating: from the moment its create is sent it may exist, so it
 // counts as holding the volume until the informer or a read from the API server
-// shows otherwise.
+// shows otherwise. For an in-tree iSCSI or Fibre Channel volume, which kubelet
+// attaches itself once node status lists it, an Attachment with no
+// VolumeAttachment name records that the controller reports the volume attached
+// to the node: node status is its only durable record.
 type Attachment struct {
 	Volume volumename.UniqueName
 	Node   string
-	// VolumeAttachment names the object.
+	// VolumeAttachment names the object; empty for a report-only attachment.
 	VolumeAttachment string
 	// UID is empty while the controller's create has no answer.
 	UID types.UID
@@ -35,12 +38,19 @@ type Attachment struct {
 	// DeleteUnsettled is set when the controller's delete got no answer and a
 	// read could not learn the outcome either: the object may be on its way out.
 	DeleteUnsettled bool
-	// AttachError mirrors status.attachError.message.
-	AttachError string
+	// AttachError and DetachError mirror status.attachError.message and
+	// status.detachError.message.
+	AttachError, DetachError string
 	// MultiAttach tells whether the volume may be attached to several nodes, as
 	// the volume's own spec (PV or inline spec) said when the object was seen.
 	MultiAttach bool
+	// Migrated is set when that spec was an in-tree volume translated to CSI.
+	Migrated bool
 }
+
+// ReportOnly tells whether the attachment is an in-tree volume's report in node
+// status rather than a VolumeAttachment.
+func (a Attachment) ReportOnly() bool { return a.VolumeAttachment == "" }
 
 // Observation is what a VolumeAttachment says about an attachment.
 type Observation struct {
@@ -51,7 +61,9 @@ type Observation struct {
 	Attached         bool
 	Deleting         bool
 	AttachError      string
+	DetachError      string
 	MultiAttach      bool
+	Migrated         bool
 }
 
 // OnNode is everything that exists of one volume on one node: usually one
@@ -85,6 +97,12 @@ func (o OnNode) Deleting() bool {
 // when any object says otherwise or none could say.
 func (o OnNode) MultiAttach() bool {
 	return len(o.Objects) > 0 && !slices.ContainsFunc(o.Objects, func(a Attachment) bool { return !a.MultiAttach })
+}
+
+// Migrated tells whether some object's volume is an in-tree volume translated to
+// CSI.
+func (o OnNode) Migrated() bool {
+	return slices.ContainsFunc(o.Objects, func(a Attachment) bool { return a.Migrated })
 }
 
 // Reported tells whether node.status.volumesAttached should list the volume.
@@ -177,7 +195,9 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 		Attached:         o.Attached,
 		Deleting:         o.Deleting,
 		AttachError:      o.AttachError,
+		DetachError:      o.DetachError,
 		MultiAttach:      o.MultiAttach,
+		Migrated:         o.Migrated,
 	}
 	s.objects[o.VolumeAttachment] = att
 	p.objects[o.VolumeAttachment] = att
@@ -197,6 +217,34 @@ func (s *ActualState) BeginCreate(volume volumename.UniqueName, node, name strin
 	s.objects[name] = att
 	s.pairLocked(volume, node).objects[name] = att
 	return true
+}
+
+// AddReportOnly records that an in-tree iSCSI or Fibre Channel volume is attached
+// to the node: node status is to list it, and it holds the volume there until
+// ForgetReportOnly. It reports whether the node's status should change.
+func (s *ActualState) AddReportOnly(volume volumename.UniqueName, node string, multiAttach bool) (nodeStatusChanged bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pairLocked(volume, node)
+	if _, ok := p.objects[""]; ok {
+		return false
+	}
+	wasReported := p.reported()
+	p.objects[""] = &Attachment{Volume: volume, Node: node, Seen: true, Attached: true, MultiAttach: multiAttach}
+	return wasReported != p.reported()
+}
+
+// ForgetReportOnly removes the report-only attachment of the volume to the node,
+// once node status no longer lists it.
+func (s *ActualState) ForgetReportOnly(volume volumename.UniqueName, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pairs[volume][node]
+	if !ok {
+		return
+	}
+	delete(p.objects, "")
+	s.dropIfEmptyLocked(volume, node, p)
 }
 
 // Created records the UID the API server gave an object the controller created,
@@ -258,15 +306,25 @@ func (s *ActualState) removeLocked(att *Attachment) bool {
 	}
 	wasReported := p.reported()
 	delete(p.objects, att.VolumeAttachment)
-	if len(p.objects) == 0 {
-		delete(nodes, att.Node)
-		if len(nodes) == 0 {
-			delete(s.pairs, att.Volume)
-		}
-		removeFromIndex(s.nodeVols, att.Node, att.Volume)
+	if s.dropIfEmptyLocked(att.Volume, att.Node, p) {
 		return wasReported
 	}
 	return wasReported != p.reported()
+}
+
+// dropIfEmptyLocked forgets the pair once nothing of the volume is left on the
+// node, and reports whether it did.
+func (s *ActualState) dropIfEmptyLocked(volume volumename.UniqueName, node string, p *pair) bool {
+	if len(p.objects) > 0 {
+		return false
+	}
+	nodes := s.pairs[volume]
+	delete(nodes, node)
+	if len(nodes) == 0 {
+		delete(s.pairs, volume)
+	}
+	removeFromIndex(s.nodeVols, node, volume)
+	return true
 }
 
 func (s *ActualState) pairLocked(volume volumename.UniqueName, node string) *pair {

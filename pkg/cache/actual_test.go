@@ -391,3 +391,34 @@ func TestObserveReplacementObjectStartsAfresh(t *testing.T) {
 		t.Errorf("replacement attachment = %+v, want not deleting, the new UID, attached", att)
 	}
 }
+
+func TestReportOnlyAttachment(t *testing.T) {
+	s := cache.NewActualState()
+	vol := volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0)
+	if !s.AddReportOnly(vol, "node-a", false) {
+		t.Error("AddReportOnly: node status does not change, want it to")
+	}
+	if s.AddReportOnly(vol, "node-a", false) {
+		t.Error("second AddReportOnly: node status changes, want no change")
+	}
+	if got := s.ReportedVolumes("node-a"); !slices.Equal(got, []volumename.UniqueName{vol}) {
+		t.Errorf("ReportedVolumes = %v, want %v", got, vol)
+	}
+	if got := s.Holders(vol, "", "node-b"); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("Holders = %v, want node-a", got)
+	}
+	on, ok := s.Get(vol, "node-a")
+	if !ok || !on.Attached() || on.Deleting() || len(on.Objects) != 1 || !on.Objects[0].ReportOnly() {
+		t.Errorf("Get = %+v, %v; want one attached report-only attachment", on, ok)
+	}
+	if names := s.ObjectNames(); len(names) != 0 {
+		t.Errorf("ObjectNames = %v, want none: no VolumeAttachment exists", names)
+	}
+	if total, _ := s.Counts(); total != 0 {
+		t.Errorf("Counts total = %d, want 0 VolumeAttachments", total)
+	}
+	s.ForgetReportOnly(vol, "node-a")
+	if _, ok := s.Get(vol, "node-a"); ok || s.HasNode("node-a") || len(s.Volumes()) != 0 {
+		t.Error("ForgetReportOnly left the volume recorded")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -33,9 +34,10 @@ type desiredVolume struct {
 
 type desiredAttachment struct {
 	pods map[string]PodRef
-	// multiAttachReported is set once the pods on this node were told that the
-	// volume is held elsewhere, so that one wait makes one event.
-	multiAttachReported bool
+	// waitingSince is set when the pods on this node were told that the volume
+	// is held elsewhere, so that one wait makes one event, and says since when
+	// they wait; zero when no such wait runs.
+	waitingSince time.Time
 }
 
 // DesiredVolume is a copy of what the desired state says about one volume.
@@ -232,10 +234,10 @@ func (d *DesiredState) MarkMultiAttachReported(name volumename.UniqueName, node 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	att := d.attachment(name, node)
-	if att == nil || att.multiAttachReported {
+	if att == nil || !att.waitingSince.IsZero() {
 		return false
 	}
-	att.multiAttachReported = true
+	att.waitingSince = time.Now()
 	return true
 }
 
@@ -244,7 +246,7 @@ func (d *DesiredState) ResetMultiAttachReported(name volumename.UniqueName, node
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if att := d.attachment(name, node); att != nil {
-		att.multiAttachReported = false
+		att.waitingSince = time.Time{}
 	}
 }
 

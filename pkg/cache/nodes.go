@@ -17,6 +17,9 @@ const (
 	// OutOfServiceTaint marks a node shut down without draining: its volumes are
 	// detached at once, mounted or not.
 	OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+	// ShutdownTaint marks a node whose instance the cloud provider reports shut
+	// down; kubelet there cannot be running.
+	ShutdownTaint = "node.cloudprovider.kubernetes.io/shutdown"
 )
 
 // NodePresence says what the controller knows of a node's object.
@@ -40,6 +43,8 @@ type Node struct {
 	Managed      bool
 	Ready        bool
 	OutOfService bool
+	// Shutdown is set while the node carries the cloud provider's shutdown taint.
+	Shutdown bool
 	// InUse holds the volumes kubelet lists in status.volumesInUse; for a deleted
 	// node, the last list it reported.
 	InUse map[volumename.UniqueName]struct{}
@@ -70,6 +75,7 @@ func NodeFromObject(node *v1.Node) Node {
 		Managed:      IsManaged(node),
 		Ready:        IsReady(node),
 		OutOfService: IsOutOfService(node),
+		Shutdown:     IsShutdown(node),
 		InUse:        make(map[volumename.UniqueName]struct{}, len(node.Status.VolumesInUse)),
 	}
 	for _, name := range node.Status.VolumesInUse {
@@ -94,6 +100,11 @@ func IsReady(node *v1.Node) bool {
 // IsOutOfService tells whether the node carries the out-of-service taint.
 func IsOutOfService(node *v1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == OutOfServiceTaint })
+}
+
+// IsShutdown tells whether the node carries the cloud provider's shutdown taint.
+func IsShutdown(node *v1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == ShutdownTaint })
 }
 
 // Nodes remembers every node the controller has seen, including deleted ones,

@@ -21,6 +21,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -39,6 +40,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/shadow"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/statusupdater"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -50,6 +52,16 @@ type Options struct {
 	MaxWaitForUnmount time.Duration
 	// DisableForceDetachOnTimeout waits for unmount forever.
 	DisableForceDetachOnTimeout bool
+	// MaxWaitForUnmountPerDriver overrides MaxWaitForUnmount for the CSI drivers
+	// (and in-tree plugins, by plugin name) it names.
+	MaxWaitForUnmountPerDriver map[string]reconciler.DriverUnmountPolicy
+	// DetachOnShutdownTaint treats a node that is not Ready and carries the cloud
+	// provider's shutdown taint like one with the out-of-service taint.
+	DetachOnShutdownTaint bool
+	// Shadow decides without acting, and compares each decision, once it has
+	// stood for ShadowGrace, with what node status shows (see package shadow).
+	Shadow      bool
+	ShadowGrace time.Duration
 	// SyncPeriod is the period of the full safety pass; DisableSync turns it off.
 	SyncPeriod  time.Duration
 	DisableSync bool
@@ -72,6 +84,7 @@ func DefaultOptions() Options {
 		Workers:           10,
 		StatusWorkers:     4,
 		ShutdownGrace:     5 * time.Second,
+		ShadowGrace:       2 * time.Minute,
 	}
 }
 
@@ -80,12 +93,18 @@ func (o Options) Validate() error {
 	switch {
 	case o.MaxWaitForUnmount <= 0:
 		return fmt.Errorf("the max wait for unmount must be positive, got %s", o.MaxWaitForUnmount)
+	case slices.ContainsFunc(slices.Collect(maps.Values(o.MaxWaitForUnmountPerDriver)), func(p reconciler.DriverUnmountPolicy) bool {
+		return !p.NeverForce && p.MaxWait <= 0
+	}):
+		return fmt.Errorf("every driver's max wait for unmount must be positive or never")
 	case !o.DisableSync && o.SyncPeriod <= 0:
 		return fmt.Errorf("the reconcile sync period must be positive, got %s", o.SyncPeriod)
 	case o.OperationTimeout <= 0:
 		return fmt.Errorf("the operation timeout must be positive, got %s", o.OperationTimeout)
 	case o.Workers < 1:
 		return fmt.Errorf("workers must be at least 1, got %d", o.Workers)
+	case o.Shadow && o.ShadowGrace <= 0:
+		return fmt.Errorf("the shadow grace period must be positive, got %s", o.ShadowGrace)
 	case o.StatusWorkers < 1:
 		return fmt.Errorf("status workers must be at least 1, got %d", o.StatusWorkers)
 	}
@@ -106,6 +125,9 @@ type Executor interface {
 	Settle(ctx context.Context, att cache.Attachment)
 	// ForgetExpired drops what is remembered of failures long past.
 	ForgetExpired()
+	// Backoff tells how long the next attach or detach of the volume on the node
+	// must wait after a failure, and which.
+	Backoff(volume volumename.UniqueName, node string) (time.Duration, string)
 	// Wait waits until every running operation has ended, or ctx ends.
 	Wait(ctx context.Context) error
 }
@@ -123,6 +145,7 @@ type Controller struct {
 	executor   Executor
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
+	metrics    *metrics.Metrics
 }
 
 // Clients are the API clients the controller writes with.
@@ -155,6 +178,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		desired:   cache.NewDesiredState(),
 		actual:    cache.NewActualState(),
 		nodes:     cache.NewNodes(),
+		metrics:   m,
 	}
 	events := podevents.NewEmitter(recorder)
 	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
@@ -174,15 +198,19 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Done: func(v volumename.UniqueName) { c.reconciler.Enqueue(v) },
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
-		Desired:                     c.desired,
-		Actual:                      c.actual,
-		Nodes:                       c.nodes,
-		Executor:                    c.executor,
-		NodeStatus:                  c.status,
-		Events:                      events,
-		Metrics:                     m,
-		MaxWaitForUnmount:           opts.MaxWaitForUnmount,
-		DisableForceDetachOnTimeout: opts.DisableForceDetachOnTimeout,
+		Desired:    c.desired,
+		Actual:     c.actual,
+		Nodes:      c.nodes,
+		Executor:   c.executor,
+		NodeStatus: c.status,
+		Events:     events,
+		Metrics:    m,
+		UnmountPolicy: reconciler.UnmountPolicy{
+			Default:    reconciler.DriverUnmountPolicy{MaxWait: opts.MaxWaitForUnmount},
+			NeverForce: opts.DisableForceDetachOnTimeout,
+			PerDriver:  opts.MaxWaitForUnmountPerDriver,
+		},
+		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
 	})
 	c.populator = populator.New(populator.Listers{
 		Pods:       inf.pods.Lister(),
@@ -195,6 +223,11 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		DesiredVolumes:   c.desired.VolumeCount,
 		Attachments:      c.actual.Counts,
 		ReconcileBacklog: c.reconciler.QueueLength,
+		DesiredByPlugin:  c.desired.AttachmentsByPlugin,
+		AttachedByPlugin: c.actual.AttachedByPlugin,
+		InUse:            c.desired.PodVolumesByNode,
+		WaitsForDetach:   func() metrics.Wait { return metrics.Wait(c.desired.WaitsForDetach(time.Now())) },
+		UnmountWaits:     func() metrics.Wait { return metrics.Wait(c.actual.UnmountWaits(time.Now())) },
 	})
 	if err != nil {
 		return nil, err
@@ -229,8 +262,16 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 
 	onReady()
 	go c.populator.Run(ctx, c.opts.Workers)
-	go c.status.Run(ctx, c.opts.StatusWorkers)
-	go c.reconciler.Run(ctx, c.opts.Workers)
+	if c.opts.Shadow {
+		compare := shadow.New(c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
+			c.metrics.ObserveShadowComparison(string(expected), agreed)
+		})
+		go compare.Run(ctx, time.Second)
+		go c.reconciler.RunShadow(ctx, c.opts.Workers, compare.Observe)
+	} else {
+		go c.status.Run(ctx, c.opts.StatusWorkers)
+		go c.reconciler.Run(ctx, c.opts.Workers)
+	}
 	c.enqueueEverything()
 	if !c.opts.DisableSync {
 		go wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -450,6 +451,52 @@ func TestRebuildTrustsVolumeAttachmentsOverNodeStatus(t *testing.T) {
 	c.reconciler.Sync(ctx, vol)
 	if c.executor.IsRunning(vol, "node-b") {
 		t.Error("an attach started on node-b while a VolumeAttachment for the RWO volume exists on node-a")
+	}
+}
+
+// TestRebuildReportOnlyVolumesFromNodeStatus: an in-tree iSCSI or FC volume has
+// no VolumeAttachment, so after a restart node status is its only record. A
+// managed node's entries are attached there and hold a single-attach volume; an
+// unmanaged node's entries are kubelet's own business.
+func TestRebuildReportOnlyVolumesFromNodeStatus(t *testing.T) {
+	ctx := context.Background()
+	iscsi := volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0)
+	fc := volumename.UniqueName("kubernetes.io/fc/[50060e801049cfd1]:0")
+	unmanaged := node("node-u", []volumename.UniqueName{fc}, nil)
+	unmanaged.Annotations = nil
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-iscsi"},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			ClaimRef:    &v1.ObjectReference{Namespace: "ns", Name: "data", UID: "uid-data"},
+			PersistentVolumeSource: v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{
+				TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:disk1",
+			}},
+		},
+	}
+	c := startedController(t,
+		node("node-a", []volumename.UniqueName{iscsi, fc}, []volumename.UniqueName{iscsi}),
+		node("node-b", nil, nil),
+		unmanaged,
+		pv,
+		boundClaim("ns", "data", "pv-iscsi"),
+		podUsing("ns", "db", "node-b", "data"),
+	)
+	if err := c.rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.actual.ReportedVolumes("node-a"); !slices.Equal(got, []volumename.UniqueName{fc, iscsi}) {
+		t.Errorf("node-a reports %v after rebuild, want %v", got, []volumename.UniqueName{fc, iscsi})
+	}
+	if got := c.actual.ReportedVolumes("node-u"); len(got) != 0 {
+		t.Errorf("unmanaged node-u reports %v after rebuild, want nothing", got)
+	}
+	if !c.desired.IsDesired(iscsi, "node-b") {
+		t.Fatal("the pod on node-b does not want the iSCSI volume")
+	}
+	c.reconciler.Sync(ctx, iscsi)
+	if got := c.actual.ReportedVolumes("node-b"); len(got) != 0 {
+		t.Errorf("node-b reports %v while node-a holds the RWO iSCSI volume, want nothing", got)
 	}
 }
 

@@ -193,7 +193,8 @@ func (c *Controller) onNode(oldObj, newObj any) {
 // nodeDecisionsChanged tells whether a node change can change an attach or
 // detach decision.
 func nodeDecisionsChanged(prev, now cache.Node) bool {
-	if prev.Presence != now.Presence || prev.Managed != now.Managed || prev.Ready != now.Ready || prev.OutOfService != now.OutOfService {
+	if prev.Presence != now.Presence || prev.Managed != now.Managed || prev.Ready != now.Ready || prev.OutOfService != now.OutOfService ||
+		prev.Shutdown != now.Shutdown {
 		return true
 	}
 	if len(prev.InUse) != len(now.InUse) {
@@ -288,6 +289,7 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 	o := cache.Observation{
 		Volume:           vol.Name,
 		MultiAttach:      vol.MultiAttach,
+		Migrated:         vol.Migrated,
 		Node:             va.Spec.NodeName,
 		VolumeAttachment: va.Name,
 		UID:              va.UID,
@@ -296,6 +298,9 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 	}
 	if va.Status.AttachError != nil {
 		o.AttachError = va.Status.AttachError.Message
+	}
+	if va.Status.DetachError != nil {
+		o.DetachError = va.Status.DetachError.Message
 	}
 	if c.actual.Observe(o) {
 		c.status.Enqueue(o.Node)

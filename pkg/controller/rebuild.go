@@ -53,7 +53,8 @@ func (c *Controller) waitForCurrentVolumeAttachments(ctx context.Context) error 
 // that nothing deleted or changed from here on is missed; the pods they queue are
 // evaluated at once. An attached volume that its node's status does not list and
 // that no pod there needs was being detached when the previous controller stopped:
-// it stays out of node status.
+// it stays out of node status. The in-tree iSCSI and Fibre Channel volumes a
+// managed node's status lists are attached there: node status is their only record.
 func (c *Controller) rebuild(ctx context.Context) error {
 	regs, err := c.registerHandlers(ctx)
 	if err != nil {
@@ -70,7 +71,11 @@ func (c *Controller) rebuild(ctx context.Context) error {
 	for _, n := range nodes {
 		listed := make(map[volumename.UniqueName]bool, len(n.Status.VolumesAttached))
 		for _, av := range n.Status.VolumesAttached {
-			listed[volumename.UniqueName(av.Name)] = true
+			name := volumename.UniqueName(av.Name)
+			listed[name] = true
+			if volumename.ReportOnly(name) && cache.IsManaged(n) {
+				c.actual.AddReportOnly(name, n.Name, c.multiAttachOf(name))
+			}
 		}
 		for _, v := range c.actual.VolumesOnNode(n.Name) {
 			on, ok := c.actual.Get(v, n.Name)
@@ -80,6 +85,13 @@ func (c *Controller) rebuild(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// multiAttachOf tells whether a volume known only by name may be attached to
+// several nodes: it may if a pod's view of it says so; with no pod, nothing says so.
+func (c *Controller) multiAttachOf(name volumename.UniqueName) bool {
+	desired, ok := c.desired.Volume(name)
+	return ok && desired.Spec.MultiAttach
 }
 
 // reconcileNodes brings the node register in line with the node informer: a node

@@ -1,5 +1,8 @@
 // Package metrics defines the controller's Prometheus metrics and the registry
-// they are served from.
+// they are served from: the controller's own, under attachdetach_controller_, and
+// the ones kube-controller-manager's attach/detach controller exports, under the
+// same names, labels and buckets (see upstream.go and clientgo.go), so that
+// dashboards and alerts built for it keep working.
 package metrics
 
 import (
@@ -12,6 +15,22 @@ import (
 
 const namespace = "attachdetach_controller"
 
+// Operation kinds, as the controller's own metrics label them.
+const (
+	OperationAttach = "attach"
+	OperationDetach = "detach"
+)
+
+// Reasons of a forced detach: kube-controller-manager's two (the wait for
+// unmount ran out on a node that is not Ready, or the node is tainted
+// out-of-service), and this controller's opt-in shutdown taint, which only its
+// own counter shows.
+const (
+	ForcedOnTimeout    = "timeout"
+	ForcedOutOfService = "out-of-service"
+	ForcedOnShutdown   = "shutdown"
+)
+
 // Metrics holds the collectors the controller updates.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -23,11 +42,17 @@ type Metrics struct {
 	NodeStatusPatches *prometheus.CounterVec
 	// ForceDetaches counts detaches of volumes still mounted, by reason.
 	ForceDetaches *prometheus.CounterVec
-	// MultiAttachRefusals counts attaches refused because a single-attach volume
-	// was held by another node.
-	MultiAttachRefusals prometheus.Counter
+	// WaitsForDetach counts the waits that began because a single-attach volume
+	// a pod needs was held by another node: the "Waiting for detach" events.
+	WaitsForDetach prometheus.Counter
 	// IsLeader is 1 while this replica leads.
 	IsLeader prometheus.Gauge
+	// ShadowComparisons counts, in shadow mode, the decisions compared with what
+	// the cluster showed after the grace period, by what was expected and whether
+	// the cluster agreed.
+	ShadowComparisons *prometheus.CounterVec
+
+	upstream upstreamMetrics
 }
 
 // New creates the collectors and a registry holding them and the Go and process
@@ -50,30 +75,60 @@ func New() *Metrics {
 		}, []string{"result"}),
 		ForceDetaches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "force_detaches_total",
-			Help: "Detaches of volumes the node still listed as in use, by reason (out-of-service, unmount-timeout).",
+			Help: "Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout).",
 		}, []string{"reason"}),
-		MultiAttachRefusals: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "multi_attach_refusals_total",
-			Help: "Waits that began because a single-attach volume was held by another node.",
+		WaitsForDetach: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "waits_for_detach_total",
+			Help: "Waits that began because a single-attach volume a pod needs was held by another node (the \"Waiting for detach\" event).",
 		}),
 		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "leader",
 			Help: "1 while this replica holds the leader lease, else 0.",
 		}),
+		ShadowComparisons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "shadow_comparisons_total",
+			Help: "In shadow mode, decisions compared with the cluster after the grace period, by expected outcome and result (agree, disagree).",
+		}, []string{"expected", "result"}),
+		upstream: newUpstreamMetrics(),
+	}
+	// Both reasons are exported from the start, at 0, so that an alert on their
+	// increase sees the first forced detach.
+	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService} {
+		m.ForceDetaches.WithLabelValues(reason)
+		m.upstream.forcedDetaches.WithLabelValues(reason)
 	}
 	m.Registry.MustRegister(
-		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.MultiAttachRefusals, m.IsLeader,
+		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.WaitsForDetach, m.IsLeader, m.ShadowComparisons,
+		m.upstream.operationDuration, m.upstream.forcedDetaches,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
 }
 
-// StateSource reports the sizes of the controller's state, read at scrape time.
+// Wait is a count of waits under way and the age of the oldest.
+type Wait struct {
+	Count  int
+	Oldest time.Duration
+}
+
+// StateSource reports the controller's state, read at scrape time.
 type StateSource struct {
 	DesiredVolumes   func() int
 	Attachments      func() (total, attached int)
 	ReconcileBacklog func() int
+	// DesiredByPlugin counts the (volume, node) pairs the desired state wants
+	// attached, by plugin label; AttachedByPlugin the attached ones.
+	DesiredByPlugin  func() map[string]int
+	AttachedByPlugin func() map[string]int
+	// InUse counts, by node and then plugin label, the attachable volumes of the
+	// pods on each node, one per pod and volume.
+	InUse func() map[string]map[string]int
+	// WaitsForDetach are the (volume, node) pairs whose pods wait for the volume
+	// to be detached from another node; UnmountWaits the attachments no pod needs
+	// that wait for kubelet to unmount before they are detached.
+	WaitsForDetach func() Wait
+	UnmountWaits   func() Wait
 }
 
 // RegisterState adds gauges read from the controller's state at scrape time.
@@ -95,6 +150,23 @@ func (m *Metrics) RegisterState(src StateSource) error {
 			Namespace: namespace, Name: "reconcile_queue_length",
 			Help: "Volumes waiting to be reconciled.",
 		}, func() float64 { return float64(src.ReconcileBacklog()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volumes_waiting_for_detach",
+			Help: "Volumes pods on a node wait for because another node holds them (single-attach), one per volume and waiting node.",
+		}, func() float64 { return float64(src.WaitsForDetach().Count) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "oldest_wait_for_detach_seconds",
+			Help: "How long the oldest of the waits counted by volumes_waiting_for_detach has lasted; 0 when none.",
+		}, func() float64 { return src.WaitsForDetach().Oldest.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volumes_waiting_for_unmount",
+			Help: "Attached volumes no pod on their node needs any more that still wait for kubelet to unmount them before the detach.",
+		}, func() float64 { return float64(src.UnmountWaits().Count) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "oldest_wait_for_unmount_seconds",
+			Help: "How long the oldest of the waits counted by volumes_waiting_for_unmount has lasted; 0 when none.",
+		}, func() float64 { return src.UnmountWaits().Oldest.Seconds() }),
+		newStateCollector(src),
 	}
 	for _, g := range gauges {
 		if err := m.Registry.Register(g); err != nil {
@@ -104,12 +176,45 @@ func (m *Metrics) RegisterState(src StateSource) error {
 	return nil
 }
 
-// ObserveOperation records one finished operation.
-func (m *Metrics) ObserveOperation(operation string, started time.Time, err error) {
+// Op describes one finished attach or detach operation.
+type Op struct {
+	// Kind is OperationAttach or OperationDetach.
+	Kind string
+	// Plugin is the volume's plugin label (see volumename.PluginLabel).
+	Plugin string
+	// Migrated is set for an in-tree volume translated to CSI.
+	Migrated bool
+	Started  time.Time
+	Err      error
+}
+
+// ObserveOperation records one finished operation, in the controller's own
+// metrics and in storage_operation_duration_seconds.
+func (m *Metrics) ObserveOperation(op Op) {
 	result := "success"
-	if err != nil {
+	if op.Err != nil {
 		result = "error"
 	}
-	m.Operations.WithLabelValues(operation, result).Inc()
-	m.OperationDuration.WithLabelValues(operation, result).Observe(time.Since(started).Seconds())
+	took := time.Since(op.Started).Seconds()
+	m.Operations.WithLabelValues(op.Kind, result).Inc()
+	m.OperationDuration.WithLabelValues(op.Kind, result).Observe(took)
+	m.upstream.observeOperation(op, took)
+}
+
+// ObserveForcedDetach records a detach of a volume the node may still have
+// mounted, for one of the reasons above.
+func (m *Metrics) ObserveForcedDetach(reason string) {
+	m.ForceDetaches.WithLabelValues(reason).Inc()
+	if reason != ForcedOnShutdown {
+		m.upstream.forcedDetaches.WithLabelValues(reason).Inc()
+	}
+}
+
+// ObserveShadowComparison counts one decision compared in shadow mode.
+func (m *Metrics) ObserveShadowComparison(expected string, agreed bool) {
+	result := "agree"
+	if !agreed {
+		result = "disagree"
+	}
+	m.ShadowComparisons.WithLabelValues(expected, result).Inc()
 }

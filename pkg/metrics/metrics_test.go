@@ -2,11 +2,13 @@ package metrics
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/util/workqueue"
 )
 
 func TestStateGaugesAndOperations(t *testing.T) {
@@ -15,36 +17,162 @@ func TestStateGaugesAndOperations(t *testing.T) {
 		DesiredVolumes:   func() int { return 3 },
 		Attachments:      func() (int, int) { return 5, 4 },
 		ReconcileBacklog: func() int { return 2 },
+		DesiredByPlugin: func() map[string]int {
+			return map[string]int{"kubernetes.io/csi:a.example.com": 3, "kubernetes.io/iscsi": 1}
+		},
+		AttachedByPlugin: func() map[string]int { return map[string]int{"kubernetes.io/csi:a.example.com": 2} },
+		InUse: func() map[string]map[string]int {
+			return map[string]map[string]int{"node-a": {"kubernetes.io/csi:a.example.com": 2}, "node-b": {"kubernetes.io/fc": 1}}
+		},
+		WaitsForDetach: func() Wait { return Wait{Count: 1, Oldest: 90 * time.Second} },
+		UnmountWaits:   func() Wait { return Wait{} },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveOperation("attach", time.Now(), nil)
-	m.ObserveOperation("detach", time.Now(), errors.New("boom"))
-	want := `
+	m.ObserveOperation(Op{Kind: OperationAttach, Plugin: "kubernetes.io/csi:a.example.com", Started: time.Now()})
+	m.ObserveOperation(Op{Kind: OperationDetach, Plugin: "kubernetes.io/csi:a.example.com", Migrated: true, Started: time.Now(), Err: errors.New("boom")})
+	m.ObserveForcedDetach(ForcedOnTimeout)
+	m.WaitsForDetach.Inc()
+
+	for _, tc := range []struct {
+		name string
+		want string
+	}{
+		{name: "attachdetach_controller_attached_volumes", want: `
 # HELP attachdetach_controller_attached_volumes VolumeAttachments the external-attacher marked attached.
 # TYPE attachdetach_controller_attached_volumes gauge
 attachdetach_controller_attached_volumes 4
+`},
+		{name: "attachdetach_controller_desired_volumes", want: `
 # HELP attachdetach_controller_desired_volumes Volumes that some pod with a node needs attached.
 # TYPE attachdetach_controller_desired_volumes gauge
 attachdetach_controller_desired_volumes 3
+`},
+		{name: "attachdetach_controller_operations_total", want: `
 # HELP attachdetach_controller_operations_total Attach and detach operations that finished, by operation and result.
 # TYPE attachdetach_controller_operations_total counter
 attachdetach_controller_operations_total{operation="attach",result="success"} 1
 attachdetach_controller_operations_total{operation="detach",result="error"} 1
+`},
+		{name: "attachdetach_controller_reconcile_queue_length", want: `
 # HELP attachdetach_controller_reconcile_queue_length Volumes waiting to be reconciled.
 # TYPE attachdetach_controller_reconcile_queue_length gauge
 attachdetach_controller_reconcile_queue_length 2
+`},
+		{name: "attachdetach_controller_volume_attachments", want: `
 # HELP attachdetach_controller_volume_attachments VolumeAttachments known to the controller, in any state.
 # TYPE attachdetach_controller_volume_attachments gauge
 attachdetach_controller_volume_attachments 5
-`
-	names := []string{
-		"attachdetach_controller_attached_volumes", "attachdetach_controller_desired_volumes",
-		"attachdetach_controller_operations_total", "attachdetach_controller_reconcile_queue_length",
-		"attachdetach_controller_volume_attachments",
+`},
+		{name: "attachdetach_controller_waits_for_detach_total", want: `
+# HELP attachdetach_controller_waits_for_detach_total Waits that began because a single-attach volume a pod needs was held by another node (the "Waiting for detach" event).
+# TYPE attachdetach_controller_waits_for_detach_total counter
+attachdetach_controller_waits_for_detach_total 1
+`},
+		{name: "attachdetach_controller_volumes_waiting_for_detach", want: `
+# HELP attachdetach_controller_volumes_waiting_for_detach Volumes pods on a node wait for because another node holds them (single-attach), one per volume and waiting node.
+# TYPE attachdetach_controller_volumes_waiting_for_detach gauge
+attachdetach_controller_volumes_waiting_for_detach 1
+`},
+		{name: "attachdetach_controller_oldest_wait_for_detach_seconds", want: `
+# HELP attachdetach_controller_oldest_wait_for_detach_seconds How long the oldest of the waits counted by volumes_waiting_for_detach has lasted; 0 when none.
+# TYPE attachdetach_controller_oldest_wait_for_detach_seconds gauge
+attachdetach_controller_oldest_wait_for_detach_seconds 90
+`},
+		{name: "attachdetach_controller_volumes_waiting_for_unmount", want: `
+# HELP attachdetach_controller_volumes_waiting_for_unmount Attached volumes no pod on their node needs any more that still wait for kubelet to unmount them before the detach.
+# TYPE attachdetach_controller_volumes_waiting_for_unmount gauge
+attachdetach_controller_volumes_waiting_for_unmount 0
+`},
+		{name: "attachdetach_controller_total_volumes", want: `
+# HELP attachdetach_controller_total_volumes Volume and node pairs the controller knows, by plugin and by state: wanted attached (desired_state_of_world) or attached (actual_state_of_world).
+# TYPE attachdetach_controller_total_volumes gauge
+attachdetach_controller_total_volumes{plugin_name="kubernetes.io/csi:a.example.com",state="actual_state_of_world"} 2
+attachdetach_controller_total_volumes{plugin_name="kubernetes.io/csi:a.example.com",state="desired_state_of_world"} 3
+attachdetach_controller_total_volumes{plugin_name="kubernetes.io/iscsi",state="desired_state_of_world"} 1
+`},
+		{name: "storage_count_attachable_volumes_in_use", want: `
+# HELP storage_count_attachable_volumes_in_use Attachable volumes of the pods on each node, by plugin, one per pod and volume.
+# TYPE storage_count_attachable_volumes_in_use gauge
+storage_count_attachable_volumes_in_use{node="node-a",volume_plugin="kubernetes.io/csi:a.example.com"} 2
+storage_count_attachable_volumes_in_use{node="node-b",volume_plugin="kubernetes.io/fc"} 1
+`},
+		{name: "attach_detach_controller_attachdetach_controller_forced_detaches", want: `
+# HELP attach_detach_controller_attachdetach_controller_forced_detaches Detaches of volumes the node may still have mounted, by reason (timeout, out-of-service).
+# TYPE attach_detach_controller_attachdetach_controller_forced_detaches counter
+attach_detach_controller_attachdetach_controller_forced_detaches{reason="out-of-service"} 0
+attach_detach_controller_attachdetach_controller_forced_detaches{reason="timeout"} 1
+`},
+		{name: "attachdetach_controller_force_detaches_total", want: `
+# HELP attachdetach_controller_force_detaches_total Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout).
+# TYPE attachdetach_controller_force_detaches_total counter
+attachdetach_controller_force_detaches_total{reason="out-of-service"} 0
+attachdetach_controller_force_detaches_total{reason="timeout"} 1
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(tc.want), tc.name); err != nil {
+				t.Error(err)
+			}
+		})
 	}
-	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
+}
+
+func TestStorageOperationDuration(t *testing.T) {
+	m := New()
+	m.ObserveOperation(Op{Kind: OperationAttach, Plugin: "kubernetes.io/csi:a.example.com", Started: time.Now()})
+	m.ObserveOperation(Op{Kind: OperationDetach, Plugin: "kubernetes.io/fc", Migrated: true, Started: time.Now(), Err: errors.New("boom")})
+	families, err := m.Registry.Gather()
+	if err != nil {
 		t.Fatal(err)
+	}
+	var series []string
+	for _, f := range families {
+		if f.GetName() != "storage_operation_duration_seconds" {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			var labels []string
+			for _, l := range metric.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			series = append(series, strings.Join(labels, ","))
+			var bounds []float64
+			for _, b := range metric.GetHistogram().GetBucket() {
+				bounds = append(bounds, b.GetUpperBound())
+			}
+			if want := []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600}; !slices.Equal(bounds, want) {
+				t.Errorf("buckets = %v, want %v", bounds, want)
+			}
+		}
+	}
+	want := []string{
+		"migrated=false,operation_name=volume_attach,status=success,volume_plugin=kubernetes.io/csi:a.example.com",
+		"migrated=true,operation_name=volume_detach,status=fail-unknown,volume_plugin=kubernetes.io/fc",
+	}
+	if !slices.Equal(series, want) {
+		t.Errorf("series = %q, want %q", series, want)
+	}
+}
+
+func TestHookClientGo(t *testing.T) {
+	m := New()
+	m.HookClientGo()
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "test"})
+	defer queue.ShutDown()
+	queue.Add("a")
+	queue.AddRateLimited("b")
+	want := `
+# HELP workqueue_adds_total Items added to the work queue.
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="test"} 1
+# HELP workqueue_retries_total Items put back on the work queue to be retried later.
+# TYPE workqueue_retries_total counter
+workqueue_retries_total{name="test"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "workqueue_adds_total", "workqueue_retries_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -5,6 +5,11 @@
 // external-attacher to mark it attached; detaching takes the volume out of node
 // status, confirms that with the API server, and deletes the VolumeAttachment.
 //
+// In-tree iSCSI and Fibre Channel volumes have no VolumeAttachment: kubelet
+// attaches them itself once node status lists them, so attaching them only records
+// them for node status and detaching them only takes them out of it, under the
+// same rules as any other volume.
+//
 // A write whose outcome is unknown (an error other than one the API server gives
 // for a request it refused) is neither success nor failure: an object the
 // controller tried to create counts as existing until the informer shows it or a
@@ -79,9 +84,12 @@ const (
 	// in use.
 	NotForced ForceReason = ""
 	// ForceOutOfService: the node carries the out-of-service taint.
-	ForceOutOfService ForceReason = "out-of-service"
+	ForceOutOfService ForceReason = metrics.ForcedOutOfService
 	// ForceUnmountTimeout: the wait for unmount is over and the node is not Ready.
-	ForceUnmountTimeout ForceReason = "timeout"
+	ForceUnmountTimeout ForceReason = metrics.ForcedOnTimeout
+	// ForceShutdown: the node carries the cloud provider's shutdown taint and is
+	// not Ready (only when the operator opted in).
+	ForceShutdown ForceReason = metrics.ForcedOnShutdown
 )
 
 // HeldError means a single-attach volume cannot be attached because other nodes
@@ -136,6 +144,20 @@ func (e *Executor) ObserveVolumeAttachment(name string, va *storagev1.VolumeAtta
 // IsRunning tells whether an operation that involves the volume on the node runs.
 func (e *Executor) IsRunning(volume volumename.UniqueName, node string) bool {
 	return e.locks.isRunning(volume, node)
+}
+
+// Backoff tells, for an explanation, how long the next attach or detach of the
+// volume on the node must wait after a failure, and which ("attach" or
+// "detach"); zero when none must.
+func (e *Executor) Backoff(volume volumename.UniqueName, node string) (time.Duration, string) {
+	left, k := e.locks.backoffLeft(volume, node)
+	if left == 0 {
+		return 0, ""
+	}
+	if k == attachKind {
+		return left, "attach"
+	}
+	return left, "detach"
 }
 
 // ResetBackoff lets the next operation on the volume and node start at once, for
@@ -226,10 +248,14 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 		}
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "operation", "attach", "volume", vol.Name, "node", node)
+	if volumename.ReportOnly(vol.Name) {
+		e.attachReportOnly(logger, key, vol, node, pods)
+		return nil
+	}
 	e.start(key, node, attachKind, func() error {
 		started := time.Now()
 		err := e.attach(klog.NewContext(ctx, logger), vol, node)
-		e.cfg.Metrics.ObserveOperation("attach", started, err)
+		e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationAttach, Plugin: volumename.PluginLabel(vol.Name), Migrated: vol.Migrated, Started: started, Err: err})
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume attached", "duration", time.Since(started))
@@ -243,6 +269,21 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 		return err
 	})
 	return nil
+}
+
+// attachReportOnly attaches an in-tree iSCSI or Fibre Channel volume the way
+// kube-controller-manager does: there is nothing to call, kubelet attaches it
+// once node status lists it, so the attachment is recorded and node status is
+// written soon after.
+func (e *Executor) attachReportOnly(logger klog.Logger, key lockKey, vol cache.Volume, node string, pods []cache.PodRef) {
+	started := time.Now()
+	if e.cfg.Actual.AddReportOnly(vol.Name, node, vol.MultiAttach) {
+		e.cfg.NodeStatus.Enqueue(node)
+	}
+	e.abandon(key)
+	e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationAttach, Plugin: volumename.PluginLabel(vol.Name), Started: started})
+	logger.V(2).Info("Volume attached; node status will list it for kubelet to attach")
+	e.cfg.Events.Emit(pods, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, podevents.AttachSucceeded(vol.DisplayName))
 }
 
 func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) error {
@@ -386,7 +427,7 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	e.start(key, on.Node, detachKind, func() error {
 		started := time.Now()
 		err := e.detach(klog.NewContext(ctx, logger), on, force)
-		e.cfg.Metrics.ObserveOperation("detach", started, err)
+		e.cfg.Metrics.ObserveOperation(metrics.Op{Kind: metrics.OperationDetach, Plugin: volumename.PluginLabel(on.Volume), Migrated: on.Migrated(), Started: started, Err: err})
 		switch {
 		case err == nil:
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
@@ -441,12 +482,18 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			}
 		}
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
-		e.cfg.Metrics.ForceDetaches.WithLabelValues(string(force)).Inc()
+		e.cfg.Metrics.ObserveForcedDetach(string(force))
 	}
 	if e.cfg.Wanted(on.Volume, on.Node) {
 		return ErrWanted
 	}
 	for _, att := range on.Objects {
+		if att.ReportOnly() {
+			// Node status, as the API server confirmed it above, no longer
+			// lists the volume: that was the whole detach.
+			e.cfg.Actual.ForgetReportOnly(on.Volume, on.Node)
+			continue
+		}
 		if att.Deleting {
 			continue
 		}
@@ -461,6 +508,9 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	waitCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	for _, att := range on.Objects {
+		if att.ReportOnly() {
+			continue
+		}
 		if err := e.waitGone(waitCtx, att); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				return fmt.Errorf("timed out after %s waiting for VolumeAttachment %s to be deleted", e.cfg.Timeout, att.VolumeAttachment)
@@ -480,6 +530,8 @@ func forceHolds(force ForceReason, node *v1.Node) bool {
 		return cache.IsOutOfService(node)
 	case ForceUnmountTimeout:
 		return !cache.IsReady(node)
+	case ForceShutdown:
+		return cache.IsShutdown(node) && !cache.IsReady(node)
 	}
 	return false
 }

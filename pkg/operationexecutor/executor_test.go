@@ -277,10 +277,15 @@ func (h *execHarness) anyRunning(vol volumename.UniqueName) bool {
 
 func (h *execHarness) waitDone(t *testing.T) {
 	t.Helper()
+	h.waitDoneFor(t, testPV.Name)
+}
+
+func (h *execHarness) waitDoneFor(t *testing.T, vol volumename.UniqueName) {
+	t.Helper()
 	select {
 	case v := <-h.done:
-		if v != testPV.Name {
-			t.Errorf("Done(%s), want Done(%s)", v, testPV.Name)
+		if v != vol {
+			t.Errorf("Done(%s), want Done(%s)", v, vol)
 		}
 	case <-time.After(waitLimit):
 		t.Fatal("operation did not end")
@@ -392,7 +397,7 @@ func TestAttachOutcome(t *testing.T) {
 			observe: func(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment {
 				return withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true })
 			},
-			wantEvent: `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`,
+			wantEvent: `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `,
 		},
 		{
 			name:    "attach error",
@@ -474,7 +479,7 @@ func TestAttachToExistingAttachedVolumeAttachment(t *testing.T) {
 		t.Fatalf("Attach: %v", err)
 	}
 	h.waitDone(t)
-	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	if got := h.events(); !slices.Equal(got, []string{want}) {
 		t.Errorf("events = %q, want %q", got, want)
 	}
@@ -494,7 +499,7 @@ func TestAttachBeforeTheInformerSeesTheNewObject(t *testing.T) {
 	}
 	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
 	h.waitDone(t)
-	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	if got := h.events(); !slices.Equal(got, []string{want}) {
 		t.Errorf("events = %q, want %q", got, want)
 	}

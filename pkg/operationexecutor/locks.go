@@ -172,6 +172,18 @@ func (l *locks) isRunning(volume volumename.UniqueName, node string) bool {
 	return whole || own
 }
 
+// backoffLeft returns how long the next operation of the kind that last failed on
+// the volume and node must wait, and that kind; zero when none must.
+func (l *locks) backoffLeft(volume volumename.UniqueName, node string) (time.Duration, kind) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.backoff[pairKey{volume, node}]
+	if !ok {
+		return 0, 0
+	}
+	return max(b.until.Sub(l.now()), 0), b.kind
+}
+
 // resetBackoff lets the next operation on the volume and node start at once. It
 // reports whether the pair was backing off after a failed attach.
 func (l *locks) resetBackoff(volume volumename.UniqueName, node string) bool {

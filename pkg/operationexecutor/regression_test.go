@@ -542,6 +542,11 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 	notInUse.Status.VolumesInUse = nil
 	noReadyCondition := inUseNode(false, false)
 	noReadyCondition.Status.Conditions = nil
+	shutdownTainted := func(ready bool) *v1.Node {
+		n := inUseNode(ready, false)
+		n.Spec.Taints = []v1.Taint{{Key: cache.ShutdownTaint, Effect: v1.TaintEffectNoSchedule}}
+		return n
+	}
 	tests := []struct {
 		name string
 		node *v1.Node
@@ -564,6 +569,9 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		{name: "in use, timeout, the node has no Ready condition", node: noReadyCondition, force: ForceUnmountTimeout, wantForce: "timeout"},
 		{name: "stale node: timeout, the node is Ready again", node: inUseNode(true, false), force: ForceUnmountTimeout, wantErr: ErrInUse},
 		{name: "stale node: timeout, Ready again though tainted", node: inUseNode(true, true), force: ForceUnmountTimeout, wantErr: ErrInUse},
+		{name: "in use, shutdown, the node carries the taint and is NotReady", node: shutdownTainted(false), force: ForceShutdown, wantForce: "shutdown"},
+		{name: "stale node: shutdown, the node is Ready again", node: shutdownTainted(true), force: ForceShutdown, wantErr: ErrInUse},
+		{name: "stale node: shutdown, the taint is gone", node: inUseNode(false, false), force: ForceShutdown, wantErr: ErrInUse},
 		{name: "not in use, not forced", node: notInUse, force: NotForced},
 		{name: "not in use, forced: no force counted", node: notInUse, force: ForceOutOfService},
 		{name: "node gone, its deletion not seen yet", node: nil, force: NotForced, wantErr: ErrInUse},
@@ -591,7 +599,7 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
 				t.Fatalf("detach = %v, want %v", err, tc.wantErr)
 			}
-			for _, reason := range []string{"out-of-service", "timeout"} {
+			for _, reason := range []string{"out-of-service", "timeout", "shutdown"} {
 				want := 0.0
 				if reason == tc.wantForce {
 					want = 1
@@ -752,7 +760,7 @@ func TestAttachAndDetachDoNotShareOneBackoff(t *testing.T) {
 // external-attacher finished after the operation gave up follows a failed attach,
 // not a failed detach.
 func TestAttachObservedReportsOnlyAFailedAttach(t *testing.T) {
-	success := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"`
+	success := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	for _, tc := range []struct {
 		name      string
 		fail      func(t *testing.T) *execHarness

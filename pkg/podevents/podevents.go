@@ -23,9 +23,10 @@ const (
 // Component is the event source shown as "From" by kubectl.
 const Component = "attachdetach-controller"
 
-// AttachSucceeded is the message of a SuccessfulAttachVolume event.
+// AttachSucceeded is the message of a SuccessfulAttachVolume event. Like
+// kube-controller-manager's, it ends with a space.
 func AttachSucceeded(volume string) string {
-	return fmt.Sprintf("AttachVolume.Attach succeeded for volume %q", volume)
+	return fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", volume)
 }
 
 // AttachFailed is the message of a FailedAttachVolume event for a failed attach.
@@ -33,11 +34,12 @@ func AttachFailed(volume string, err error) string {
 	return fmt.Sprintf("AttachVolume.Attach failed for volume %q : %v", volume, err)
 }
 
-// MultiAttach is the message of the FailedAttachVolume event a pod gets when its
-// single-attach volume is held by another node. holders are the pods that use the
-// volume on the nodes holding it; only those in the pod's own namespace are named.
-func MultiAttach(volume, podNamespace string, holders []cache.PodRef) string {
-	prefix := fmt.Sprintf("Multi-Attach error for volume %q ", volume)
+// WaitingForDetach is the message of the FailedAttachVolume event a pod gets when
+// its single-attach volume is held by another node. holders are the pods that use
+// the volume on the nodes holding it; only those in the pod's own namespace are
+// named.
+func WaitingForDetach(volume, podNamespace string, holders []cache.PodRef) string {
+	prefix := fmt.Sprintf("Waiting for detach for volume %q ", volume)
 	var names []string
 	others := 0
 	for _, p := range holders {
@@ -55,7 +57,7 @@ func MultiAttach(volume, podNamespace string, holders []cache.PodRef) string {
 	case others > 0:
 		return prefix + fmt.Sprintf("Volume is already used by %d pod(s) in different namespaces", others)
 	default:
-		return prefix + "Volume is already exclusively attached to one node and can't be attached to another"
+		return prefix + "Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node"
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
-func TestMultiAttach(t *testing.T) {
+func TestWaitingForDetach(t *testing.T) {
 	tests := []struct {
 		name    string
 		holders []cache.PodRef
@@ -21,17 +21,17 @@ func TestMultiAttach(t *testing.T) {
 		{
 			name:    "one pod in the same namespace",
 			holders: []cache.PodRef{{Namespace: "team-a", Name: "db-0"}},
-			want:    `Multi-Attach error for volume "pv-1" Volume is already used by pod(s) db-0`,
+			want:    `Waiting for detach for volume "pv-1" Volume is already used by pod(s) db-0`,
 		},
 		{
 			name:    "several pods in the same namespace",
 			holders: []cache.PodRef{{Namespace: "team-a", Name: "db-0"}, {Namespace: "team-a", Name: "db-1"}},
-			want:    `Multi-Attach error for volume "pv-1" Volume is already used by pod(s) db-0, db-1`,
+			want:    `Waiting for detach for volume "pv-1" Volume is already used by pod(s) db-0, db-1`,
 		},
 		{
 			name:    "only pods in other namespaces",
 			holders: []cache.PodRef{{Namespace: "team-b", Name: "secret-0"}, {Namespace: "team-c", Name: "secret-1"}},
-			want:    `Multi-Attach error for volume "pv-1" Volume is already used by 2 pod(s) in different namespaces`,
+			want:    `Waiting for detach for volume "pv-1" Volume is already used by 2 pod(s) in different namespaces`,
 		},
 		{
 			name: "pods in both",
@@ -40,17 +40,17 @@ func TestMultiAttach(t *testing.T) {
 				{Namespace: "team-a", Name: "db-0"},
 				{Namespace: "team-c", Name: "secret-1"},
 			},
-			want: `Multi-Attach error for volume "pv-1" Volume is already used by pod(s) db-0 and 2 pod(s) in different namespaces`,
+			want: `Waiting for detach for volume "pv-1" Volume is already used by pod(s) db-0 and 2 pod(s) in different namespaces`,
 		},
 		{
 			name: "no pod holds it",
-			want: `Multi-Attach error for volume "pv-1" Volume is already exclusively attached to one node and can't be attached to another`,
+			want: `Waiting for detach for volume "pv-1" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := MultiAttach("pv-1", "team-a", tc.holders); got != tc.want {
-				t.Errorf("MultiAttach() =\n%s\nwant\n%s", got, tc.want)
+			if got := WaitingForDetach("pv-1", "team-a", tc.holders); got != tc.want {
+				t.Errorf("WaitingForDetach() =\n%s\nwant\n%s", got, tc.want)
 			}
 		})
 	}
@@ -62,7 +62,7 @@ func TestAttachMessages(t *testing.T) {
 		got  string
 		want string
 	}{
-		{"succeeded", AttachSucceeded("pv-1"), `AttachVolume.Attach succeeded for volume "pv-1"`},
+		{"succeeded", AttachSucceeded("pv-1"), `AttachVolume.Attach succeeded for volume "pv-1" `},
 		{"failed", AttachFailed("pv-1", errors.New("rpc error: code = Internal desc = boom")),
 			`AttachVolume.Attach failed for volume "pv-1" : rpc error: code = Internal desc = boom`},
 	}
@@ -97,8 +97,8 @@ func TestEmitterSendsToEachPod(t *testing.T) {
 				e.Emit(pods, v1.EventTypeNormal, ReasonSuccessfulAttach, AttachSucceeded("pv-1"))
 			},
 			want: []string{
-				`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" involvedObject{kind=Pod,apiVersion=v1}`,
-				`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" involvedObject{kind=Pod,apiVersion=v1}`,
+				`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"  involvedObject{kind=Pod,apiVersion=v1}`,
+				`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1"  involvedObject{kind=Pod,apiVersion=v1}`,
 			},
 		},
 		{

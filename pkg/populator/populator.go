@@ -134,7 +134,7 @@ func (p *Populator) SyncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	pod, err := p.listers.Pods.Pods(namespace).Get(name)
-	if apierrors.IsNotFound(err) || (err == nil && !needsVolumes(pod)) {
+	if apierrors.IsNotFound(err) || (err == nil && !NeedsVolumes(pod)) {
 		p.setDrivers(key, nil)
 		p.report(p.desired.DeletePod(key))
 		return nil
@@ -230,15 +230,15 @@ func (p *Populator) report(changed []volumename.UniqueName) {
 // PodNeeds tells whether the pod, as given (for instance read from the API server
 // rather than the informer), counts and needs the volume.
 func (p *Populator) PodNeeds(ctx context.Context, pod *v1.Pod, volume volumename.UniqueName) bool {
-	if !needsVolumes(pod) {
+	if !NeedsVolumes(pod) {
 		return false
 	}
 	vols, _ := p.podVolumes(klog.FromContext(ctx), pod)
 	return slices.ContainsFunc(vols, func(v cache.Volume) bool { return v.Name == volume })
 }
 
-// needsVolumes tells whether the pod counts: it has a node and is not terminated.
-func needsVolumes(pod *v1.Pod) bool {
+// NeedsVolumes tells whether the pod counts: it has a node and is not terminated.
+func NeedsVolumes(pod *v1.Pod) bool {
 	if pod.Spec.NodeName == "" {
 		return false
 	}

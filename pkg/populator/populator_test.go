@@ -767,3 +767,86 @@ func TestSyncPodEveryMigratableInTreePV(t *testing.T) {
 		})
 	}
 }
+
+func TestSyncPodISCSIAndFibreChannel(t *testing.T) {
+	lun := int32(2)
+	pvOf := func(name string, claim *v1.PersistentVolumeClaim, src v1.PersistentVolumeSource, modes ...v1.PersistentVolumeAccessMode) *v1.PersistentVolume {
+		return &v1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1.PersistentVolumeSpec{
+				AccessModes:            modes,
+				ClaimRef:               &v1.ObjectReference{Namespace: ns, Name: claim.Name, UID: claim.UID},
+				PersistentVolumeSource: src,
+			},
+		}
+	}
+	iscsiClaim := boundClaim("data", "pv-iscsi")
+	fcClaim := boundClaim("data", "pv-fc")
+	tests := []struct {
+		name    string
+		pod     *v1.Pod
+		objs    []any
+		want    []cache.Volume
+		wantErr bool
+	}{
+		{
+			name: "inline iSCSI",
+			pod: runningPod("web", v1.Volume{Name: "lun", VolumeSource: v1.VolumeSource{ISCSI: &v1.ISCSIVolumeSource{
+				TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:storage.disk1", Lun: 0,
+			}}}),
+			want: []cache.Volume{{
+				Name: "kubernetes.io/iscsi/10.0.0.1:3260:iqn.2001-04.com.example:storage.disk1:0", DisplayName: "lun", MultiAttach: true,
+			}},
+		},
+		{
+			name: "inline Fibre Channel with WWIDs",
+			pod: runningPod("web", v1.Volume{Name: "san", VolumeSource: v1.VolumeSource{FC: &v1.FCVolumeSource{
+				WWIDs: []string{"3600508b400105e21", "3600508b400105e22"},
+			}}}),
+			want: []cache.Volume{{
+				Name: "kubernetes.io/fc/[3600508b400105e21 3600508b400105e22]", DisplayName: "san", MultiAttach: true,
+			}},
+		},
+		{
+			name:    "inline Fibre Channel with neither WWNs and LUN nor WWIDs",
+			pod:     runningPod("web", v1.Volume{Name: "san", VolumeSource: v1.VolumeSource{FC: &v1.FCVolumeSource{TargetWWNs: []string{"50060e801049cfd1"}}}}),
+			wantErr: true,
+		},
+		{
+			name: "iSCSI PV, ReadWriteOnce",
+			pod:  runningPod("web", claimVolume("data", "data")),
+			objs: []any{iscsiClaim, pvOf("pv-iscsi", iscsiClaim, v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{
+				TargetPortal: "10.0.0.2:3260", IQN: "iqn.2001-04.com.example:storage.disk2", Lun: 7,
+			}}, v1.ReadWriteOnce)},
+			want: []cache.Volume{{
+				Name: "kubernetes.io/iscsi/10.0.0.2:3260:iqn.2001-04.com.example:storage.disk2:7", PVName: "pv-iscsi", DisplayName: "pv-iscsi",
+			}},
+		},
+		{
+			name: "Fibre Channel PV with target WWNs, ReadWriteMany",
+			pod:  runningPod("web", claimVolume("data", "data")),
+			objs: []any{fcClaim, pvOf("pv-fc", fcClaim, v1.PersistentVolumeSource{FC: &v1.FCVolumeSource{
+				TargetWWNs: []string{"50060e801049cfd1", "50060e801049cfd2"}, Lun: &lun,
+			}}, v1.ReadWriteMany)},
+			want: []cache.Volume{{
+				Name: "kubernetes.io/fc/[50060e801049cfd1 50060e801049cfd2]:2", PVName: "pv-fc", DisplayName: "pv-fc", MultiAttach: true,
+			}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, append([]any{tc.pod}, tc.objs...)...)
+			w.pop.SyncPod(context.Background(), tc.pod.Namespace+"/"+tc.pod.Name)
+			got := w.volumesOf(tc.pod)
+			if tc.wantErr {
+				if len(got) != 0 {
+					t.Errorf("desired volumes = %+v, want none: the source has no name", got)
+				}
+				return
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("desired volumes = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -12,6 +12,40 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
+// Resolution is what one volume of a pod comes to.
+type Resolution struct {
+	// PodVolume is the volume's name in the pod.
+	PodVolume string
+	// Volume is the attachable volume, when Attachable.
+	Volume     cache.Volume
+	Attachable bool
+	// NotAttachedBecause says, for a volume of a CSI driver, why it needs no
+	// attaching; empty otherwise.
+	NotAttachedBecause string
+	// Err says why the volume cannot be resolved yet (claim not bound, PV
+	// missing...).
+	Err error
+}
+
+// Needed tells whether the volume must be attached to the pod's node.
+func (r Resolution) Needed() bool { return r.Err == nil && r.Attachable && r.NotAttachedBecause == "" }
+
+// Resolve returns what each volume of the pod comes to, in the pod's order: the
+// rules the desired state is built with, for explaining them.
+func (p *Populator) Resolve(logger klog.Logger, pod *v1.Pod) []Resolution {
+	out := make([]Resolution, 0, len(pod.Spec.Volumes))
+	for i := range pod.Spec.Volumes {
+		podVol := &pod.Spec.Volumes[i]
+		r := Resolution{PodVolume: podVol.Name}
+		r.Volume, r.Attachable, r.Err = p.resolve(logger, pod, podVol)
+		if r.Err == nil && r.Attachable {
+			r.NotAttachedBecause = p.DriverNeedsNoAttach(r.Volume)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // podVolumes returns the attachable volumes the pod needs, and every CSI driver its
 // volumes use (attachable or not), so that a CSIDriver change finds the pod. A
 // volume that cannot be resolved yet (claim not bound, PV missing) is left out and
@@ -19,28 +53,24 @@ import (
 func (p *Populator) podVolumes(logger klog.Logger, pod *v1.Pod) ([]cache.Volume, []string) {
 	var vols []cache.Volume
 	var drivers []string
-	for i := range pod.Spec.Volumes {
-		podVol := &pod.Spec.Volumes[i]
-		vol, ok, err := p.resolve(logger, pod, podVol)
-		if err != nil {
-			logger.V(2).Info("Volume not attachable yet", "volume", podVol.Name, "reason", err.Error())
+	for _, r := range p.Resolve(logger, pod) {
+		if r.Err != nil {
+			logger.V(2).Info("Volume not attachable yet", "volume", r.PodVolume, "reason", r.Err.Error())
 			continue
 		}
-		if !ok {
-			continue
+		if r.Attachable && r.Volume.Driver != "" && !slices.Contains(drivers, r.Volume.Driver) {
+			drivers = append(drivers, r.Volume.Driver)
 		}
-		if !slices.Contains(drivers, vol.Driver) {
-			drivers = append(drivers, vol.Driver)
-		}
-		if p.attachRequired(vol.Driver) {
-			vols = append(vols, vol)
+		if r.Needed() {
+			vols = append(vols, r.Volume)
 		}
 	}
 	return vols, drivers
 }
 
-// resolve turns one pod volume into a CSI volume. ok is false for a volume that
-// never needs attaching (secrets, NFS, CSI ephemeral volumes...).
+// resolve turns one pod volume into an attachable volume: a CSI volume, or an
+// in-tree iSCSI or Fibre Channel volume. ok is false for a volume that never needs
+// attaching (secrets, NFS, CSI ephemeral volumes...).
 func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) (cache.Volume, bool, error) {
 	switch {
 	case podVol.PersistentVolumeClaim != nil || podVol.Ephemeral != nil:
@@ -51,6 +81,16 @@ func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) 
 		return p.fromPV(logger, pv)
 	case podVol.CSI != nil:
 		return cache.Volume{}, false, nil
+	case podVol.ISCSI != nil:
+		src := podVol.ISCSI
+		return inTree(volumename.ISCSI(src.TargetPortal, src.IQN, src.Lun), podVol.Name, "", true), true, nil
+	case podVol.FC != nil:
+		src := podVol.FC
+		name, err := volumename.FC(src.TargetWWNs, src.Lun, src.WWIDs)
+		if err != nil {
+			return cache.Volume{}, false, err
+		}
+		return inTree(name, podVol.Name, "", true), true, nil
 	case p.translator.IsInlineMigratable(podVol):
 		pv, err := p.translator.TranslateInTreeInlineVolumeToCSI(logger, podVol, pod.Namespace)
 		if err != nil {
@@ -99,8 +139,27 @@ func (p *Populator) claimedPV(pod *v1.Pod, podVol *v1.Volume) (*v1.PersistentVol
 	return pv, nil
 }
 
-// fromPV turns a PersistentVolume, CSI or translatable in-tree, into a CSI volume.
+// inTree returns an in-tree iSCSI or Fibre Channel volume. kube-controller-manager
+// does not check one inline in a pod for multi-attach; in a PV the access modes
+// decide.
+func inTree(name volumename.UniqueName, displayName, pvName string, multiAttach bool) cache.Volume {
+	return cache.Volume{Name: name, PVName: pvName, DisplayName: displayName, MultiAttach: multiAttach}
+}
+
+// fromPV turns a PersistentVolume into an attachable volume: CSI, translatable
+// in-tree, iSCSI or Fibre Channel.
 func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.Volume, bool, error) {
+	multiAttach := volumename.MultiAttachAllowed(pv.Spec.AccessModes)
+	switch src := pv.Spec.PersistentVolumeSource; {
+	case src.ISCSI != nil:
+		return inTree(volumename.ISCSI(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun), pv.Name, pv.Name, multiAttach), true, nil
+	case src.FC != nil:
+		name, err := volumename.FC(src.FC.TargetWWNs, src.FC.Lun, src.FC.WWIDs)
+		if err != nil {
+			return cache.Volume{}, false, fmt.Errorf("PersistentVolume %s: %w", pv.Name, err)
+		}
+		return inTree(name, pv.Name, pv.Name, multiAttach), true, nil
+	}
 	csiPV := pv
 	if pv.Spec.CSI == nil {
 		if !p.translator.IsPVMigratable(pv) {
@@ -122,9 +181,18 @@ func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.V
 		Handle:      src.VolumeHandle,
 		PVName:      pv.Name,
 		DisplayName: pv.Name,
-		MultiAttach: volumename.MultiAttachAllowed(pv.Spec.AccessModes),
+		MultiAttach: multiAttach,
 		Migrated:    csiPV != pv,
 	}, true, nil
+}
+
+// DriverNeedsNoAttach says why the volume's CSI driver needs no attaching, or
+// returns "" when it does.
+func (p *Populator) DriverNeedsNoAttach(vol cache.Volume) string {
+	if vol.Driver == "" || p.attachRequired(vol.Driver) {
+		return ""
+	}
+	return fmt.Sprintf("CSIDriver %s says attachRequired: false", vol.Driver)
 }
 
 // attachRequired reads the driver's CSIDriver object: attaching is required unless

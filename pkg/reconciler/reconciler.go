@@ -49,12 +49,13 @@ type Config struct {
 	NodeStatus interface{ Enqueue(node string) }
 	Events     *podevents.Emitter
 	Metrics    *metrics.Metrics
-	// MaxWaitForUnmount is how long a volume still mounted on a node that no
-	// longer needs it is left attached before a force detach is considered.
-	MaxWaitForUnmount time.Duration
-	// DisableForceDetachOnTimeout keeps waiting for unmount forever.
-	DisableForceDetachOnTimeout bool
-	Now                         func() time.Time
+	// UnmountPolicy says how long a volume still mounted on a node that no longer
+	// needs it is left attached before a force detach is considered.
+	UnmountPolicy UnmountPolicy
+	// DetachOnShutdownTaint lets a node that is not Ready and carries the cloud
+	// provider's shutdown taint lose its volumes at once, as if out of service.
+	DetachOnShutdownTaint bool
+	Now                   func() time.Time
 }
 
 // Reconciler reconciles volumes taken from its work queue.
@@ -86,20 +87,41 @@ func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
 
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
+	r.run(ctx, workers, r.Sync)
+}
+
+// RunShadow decides for queued volumes as Run does, and hands the decisions to
+// observe instead of acting on them, until ctx ends.
+func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
+	r.run(ctx, workers, func(_ context.Context, name volumename.UniqueName) time.Duration {
+		decisions := r.Explain(name)
+		observe(name, decisions)
+		var next requeue
+		now := r.cfg.Now()
+		for _, d := range decisions {
+			if now.Before(d.ForceAt) {
+				next.at(d.ForceAt.Sub(now))
+			}
+		}
+		return next.after
+	})
+}
+
+func (r *Reconciler) run(ctx context.Context, workers int, sync func(context.Context, volumename.UniqueName) time.Duration) {
 	defer r.queue.ShutDown()
 	for range workers {
-		go wait.UntilWithContext(ctx, r.work, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { r.work(ctx, sync) }, time.Second)
 	}
 	<-ctx.Done()
 }
 
-func (r *Reconciler) work(ctx context.Context) {
+func (r *Reconciler) work(ctx context.Context, sync func(context.Context, volumename.UniqueName) time.Duration) {
 	for {
 		name, shutdown := r.queue.Get()
 		if shutdown {
 			return
 		}
-		if after := r.Sync(ctx, name); after > 0 {
+		if after := sync(ctx, name); after > 0 {
 			r.queue.AddAfter(name, after)
 		}
 		r.queue.Done(name)
@@ -132,39 +154,24 @@ func (q *requeue) at(d time.Duration) {
 
 func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.OnNode, next *requeue) {
 	logger := klog.FromContext(ctx)
+	now := r.cfg.Now()
 	for _, on := range attachments {
 		if _, wanted := desired.Nodes[on.Node]; wanted {
 			r.cfg.Actual.EndUnmountWait(on.Volume, on.Node)
 			continue
 		}
-		node := r.cfg.Nodes.Get(on.Node)
-		if node.Exists() && !node.Managed {
-			continue
-		}
-		if on.Deleting() {
-			continue
-		}
-		force := operationexecutor.NotForced
-		if node.Mounted(on.Volume) {
-			if node.OutOfService {
-				force = operationexecutor.ForceOutOfService
-			} else {
-				started := r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, r.cfg.Now())
-				waited := r.cfg.Now().Sub(started)
-				if waited < r.cfg.MaxWaitForUnmount {
-					logger.V(4).Info("Waiting for unmount before detaching", "node", on.Node, "waited", waited)
-					next.at(r.cfg.MaxWaitForUnmount - waited)
-					continue
-				}
-				if r.cfg.DisableForceDetachOnTimeout || node.Ready {
-					logger.V(4).Info("Volume still mounted after the maximum wait; not force-detaching",
-						"node", on.Node, "waited", waited, "nodeReady", node.Ready, "forceDetachDisabled", r.cfg.DisableForceDetachOnTimeout)
-					continue
-				}
-				force = operationexecutor.ForceUnmountTimeout
+		d := r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
+			return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
+		})
+		switch d.Action {
+		case ActionWait:
+			logger.V(4).Info("Not detaching yet", "node", on.Node, "reason", d.Reason)
+			if !d.ForceAt.IsZero() && now.Before(d.ForceAt) {
+				next.at(d.ForceAt.Sub(now))
 			}
+		case ActionDetach:
+			r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, d.Force), on.Node, next)
 		}
-		r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, force), on.Node, next)
 	}
 }
 
@@ -172,26 +179,23 @@ func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, at
 	spec := desired.Spec
 	for _, nodeName := range slices.Sorted(maps.Keys(desired.Nodes)) {
 		pods := desired.Nodes[nodeName]
+		var on *cache.OnNode
 		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == nodeName }); i >= 0 {
-			on := attachments[i]
-			if on.Deleting() {
-				continue
-			}
-			if on.Attached() {
-				r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
-				r.cfg.Executor.AttachObserved(spec, nodeName, pods)
-				r.reportAgain(on)
-				continue
-			}
+			on = &attachments[i]
 		}
-		node := r.cfg.Nodes.Get(nodeName)
-		if !node.Exists() || !node.Managed {
+		switch d := decideAttach(on, r.cfg.Nodes.Get(nodeName)); {
+		case d.Action == ActionNone:
+			r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
+			r.cfg.Executor.AttachObserved(spec, nodeName, pods)
+			r.reportAgain(*on)
+			continue
+		case d.Action != ActionAttach:
 			continue
 		}
 		err := r.cfg.Executor.Attach(ctx, spec, nodeName, pods)
 		var held *operationexecutor.HeldError
 		if errors.As(err, &held) {
-			r.reportMultiAttach(ctx, desired, nodeName, held.Nodes)
+			r.reportWaitingForDetach(ctx, desired, nodeName, held.Nodes)
 			continue
 		}
 		if r.handleStartError(ctx, err, nodeName, next) && !spec.MultiAttach {
@@ -229,7 +233,7 @@ func (r *Reconciler) handleStartError(ctx context.Context, err error, node strin
 	return false
 }
 
-func (r *Reconciler) reportMultiAttach(ctx context.Context, desired cache.DesiredVolume, node string, holders []string) {
+func (r *Reconciler) reportWaitingForDetach(ctx context.Context, desired cache.DesiredVolume, node string, holders []string) {
 	if !r.cfg.Desired.MarkMultiAttachReported(desired.Spec.Name, node) {
 		return
 	}
@@ -237,11 +241,11 @@ func (r *Reconciler) reportMultiAttach(ctx context.Context, desired cache.Desire
 	for _, h := range holders {
 		holdingPods = append(holdingPods, desired.Nodes[h]...)
 	}
-	r.cfg.Metrics.MultiAttachRefusals.Inc()
-	klog.FromContext(ctx).Info("Multi-Attach error: single-attach volume is held by another node",
+	r.cfg.Metrics.WaitsForDetach.Inc()
+	klog.FromContext(ctx).Info("Waiting for detach: single-attach volume is held by another node",
 		"node", node, "attachedTo", holders, "pods", podKeys(holdingPods))
 	r.cfg.Events.EmitEach(desired.Nodes[node], v1.EventTypeWarning, podevents.ReasonFailedAttach, func(p cache.PodRef) string {
-		return podevents.MultiAttach(desired.Spec.DisplayName, p.Namespace, holdingPods)
+		return podevents.WaitingForDetach(desired.Spec.DisplayName, p.Namespace, holdingPods)
 	})
 }
 

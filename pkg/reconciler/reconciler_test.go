@@ -188,6 +188,10 @@ type harness struct {
 
 type harnessOpts struct {
 	disableForceDetach bool
+	// perDriver and detachOnShutdownTaint are the reconciler's settings of those
+	// names.
+	perDriver             map[string]reconciler.DriverUnmountPolicy
+	detachOnShutdownTaint bool
 	// timeout bounds one operation; a minute if zero.
 	timeout time.Duration
 }
@@ -231,16 +235,20 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		Done: func(volumename.UniqueName) { h.ended.Add(1) },
 	})}
 	h.r = reconciler.New(reconciler.Config{
-		Desired:                     h.desired,
-		Actual:                      h.actual,
-		Nodes:                       h.nodes,
-		Executor:                    h.exec,
-		NodeStatus:                  h.status,
-		Events:                      podevents.NewEmitter(h.recorder),
-		Metrics:                     h.metrics,
-		MaxWaitForUnmount:           maxWait,
-		DisableForceDetachOnTimeout: opts.disableForceDetach,
-		Now:                         func() time.Time { return h.now },
+		Desired:    h.desired,
+		Actual:     h.actual,
+		Nodes:      h.nodes,
+		Executor:   h.exec,
+		NodeStatus: h.status,
+		Events:     podevents.NewEmitter(h.recorder),
+		Metrics:    h.metrics,
+		UnmountPolicy: reconciler.UnmountPolicy{
+			Default:    reconciler.DriverUnmountPolicy{MaxWait: maxWait},
+			NeverForce: opts.disableForceDetach,
+			PerDriver:  opts.perDriver,
+		},
+		DetachOnShutdownTaint: opts.detachOnShutdownTaint,
+		Now:                   func() time.Time { return h.now },
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -286,6 +294,7 @@ type nodeOpt func(*cache.Node)
 func notReady(n *cache.Node)     { n.Ready = false }
 func unmanaged(n *cache.Node)    { n.Managed = false }
 func outOfService(n *cache.Node) { n.OutOfService = true }
+func shutdown(n *cache.Node)     { n.Shutdown = true }
 func mounting(vols ...cache.Volume) nodeOpt {
 	return func(n *cache.Node) {
 		for _, v := range vols {
@@ -359,15 +368,18 @@ var vaResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
 
 func TestSyncRules(t *testing.T) {
 	const (
-		sameNamespaceHolder  = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by pod(s) db-a`
-		otherNamespaceHolder = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by 1 pod(s) in different namespaces`
-		noHolder             = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already exclusively attached to one node and can't be attached to another`
+		sameNamespaceHolder  = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already used by pod(s) db-a`
+		otherNamespaceHolder = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already used by 1 pod(s) in different namespaces`
+		noHolder             = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`
 	)
 	tests := []struct {
 		name               string
 		disableForceDetach bool
-		setup              func(h *harness)
-		vol                cache.Volume
+		// perDriver and detachOnShutdownTaint are the reconciler's settings.
+		perDriver             map[string]reconciler.DriverUnmountPolicy
+		detachOnShutdownTaint bool
+		setup                 func(h *harness)
+		vol                   cache.Volume
 		// syncAt are the moments, after the start, at which Sync runs.
 		syncAt      []time.Duration
 		wantCalls   []call
@@ -433,6 +445,71 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt: []time.Duration{0, maxWait, 24 * time.Hour},
+		},
+		{
+			name:      "driver with a shorter wait of its own: force detach after it",
+			perDriver: map[string]reconciler.DriverUnmountPolicy{"d": {MaxWait: 30 * time.Second}},
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			syncAt:    []time.Duration{0, 30 * time.Second},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+		},
+		{
+			name:      "driver that must never force detach: waits past the default",
+			perDriver: map[string]reconciler.DriverUnmountPolicy{"d": {NeverForce: true}},
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			syncAt: []time.Duration{0, maxWait, 24 * time.Hour},
+		},
+		{
+			name:      "another driver's policy does not apply",
+			perDriver: map[string]reconciler.DriverUnmountPolicy{"other": {NeverForce: true}},
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			syncAt:    []time.Duration{0, maxWait},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+		},
+		{
+			name:               "driver with a wait of its own, force detach disabled for all: no detach",
+			disableForceDetach: true,
+			perDriver:          map[string]reconciler.DriverUnmountPolicy{"d": {MaxWait: 30 * time.Second}},
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			syncAt: []time.Duration{0, 30 * time.Second, 24 * time.Hour},
+		},
+		{
+			name:                  "shutdown taint on a NotReady node, opted in: detach at once though mounted",
+			detachOnShutdownTaint: true,
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), shutdown, notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceShutdown)},
+		},
+		{
+			name:                  "shutdown taint on a Ready node, opted in: wait",
+			detachOnShutdownTaint: true,
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), shutdown)
+				h.attachment(rwo, "node-a", true)
+			},
+			wantRequeue: maxWait,
+		},
+		{
+			name: "shutdown taint on a NotReady node, not opted in: wait",
+			setup: func(h *harness) {
+				h.node("node-a", mounting(rwo), shutdown, notReady)
+				h.attachment(rwo, "node-a", true)
+			},
+			wantRequeue: maxWait,
 		},
 		{
 			name: "out-of-service node: detach at once though mounted",
@@ -747,7 +824,9 @@ func TestSyncRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, tc.disableForceDetach)
+			h := newHarnessWith(t, harnessOpts{
+				disableForceDetach: tc.disableForceDetach, perDriver: tc.perDriver, detachOnShutdownTaint: tc.detachOnShutdownTaint,
+			})
 			tc.setup(h)
 			vol := tc.vol
 			if vol.Name == "" {
@@ -785,7 +864,7 @@ func TestMultiAttachEventOncePerWait(t *testing.T) {
 	h.pod("ns", "db-b2", "node-b", rwo)
 	h.attachment(rwo, "node-a", true)
 	ctx := h.ctx
-	want := `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already used by pod(s) db-a`
+	want := `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already used by pod(s) db-a`
 
 	h.r.Sync(ctx, rwo.Name)
 	if got := h.events(); !slices.Equal(got, []string{want, want}) {

@@ -139,7 +139,7 @@ func TestHiddenVolumeIsLeftToTheRunningDetach(t *testing.T) {
 // volume held only by a create that got no answer (it may exist), and the pods
 // are told once per wait.
 func TestMultiAttachEventOnceForACreateInFlight(t *testing.T) {
-	const noHolder = `Warning FailedAttachVolume Multi-Attach error for volume "pv-rwo" Volume is already exclusively attached to one node and can't be attached to another`
+	const noHolder = `Warning FailedAttachVolume Waiting for detach for volume "pv-rwo" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`
 	h := newHarness(t, false)
 	h.node("node-a", mounting(rwo))
 	h.node("node-b")
@@ -157,7 +157,7 @@ func TestMultiAttachEventOnceForACreateInFlight(t *testing.T) {
 			t.Errorf("pass %d: events = %q, want %q", i, got, want)
 		}
 	}
-	if got := testutil.ToFloat64(h.metrics.MultiAttachRefusals); got != 1 {
+	if got := testutil.ToFloat64(h.metrics.WaitsForDetach); got != 1 {
 		t.Errorf("multi-attach refusals = %v, want 1", got)
 	}
 	if got := h.exec.started(); len(got) != 0 {

@@ -248,12 +248,12 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	return patched, nil
 }
 
-// desiredList is the CSI volumes the actual state reports, sorted, after the
-// entries of other plugins that the node already lists.
+// desiredList is the volumes the actual state reports, sorted, after the entries
+// the node already lists of plugins this controller does not report.
 func desiredList(current []v1.AttachedVolume, reported []volumename.UniqueName) []v1.AttachedVolume {
 	out := make([]v1.AttachedVolume, 0, len(reported))
 	for _, av := range current {
-		if !volumename.IsCSI(volumename.UniqueName(av.Name)) {
+		if name := volumename.UniqueName(av.Name); !volumename.IsCSI(name) && !volumename.ReportOnly(name) {
 			out = append(out, av)
 		}
 	}

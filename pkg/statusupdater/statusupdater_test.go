@@ -29,6 +29,8 @@ var (
 	volB   = volumename.CSI("d", "b")
 	volC   = volumename.CSI("d", "c")
 	inTree = v1.AttachedVolume{Name: "kubernetes.io/aws-ebs/aws://us-east-1a/vol-1", DevicePath: "/dev/xvdf"}
+	iscsi  = volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0)
+	fc     = volumename.UniqueName("kubernetes.io/fc/[50060e801049cfd1]:0")
 )
 
 func csiEntry(name volumename.UniqueName) v1.AttachedVolume {
@@ -127,6 +129,8 @@ func TestSync(t *testing.T) {
 		attached []volumename.UniqueName
 		pending  []volumename.UniqueName
 		hidden   []volumename.UniqueName
+		// reportOnly are in-tree iSCSI and FC volumes recorded attached.
+		reportOnly []volumename.UniqueName
 		// want is the list of the single patch expected; nil means no request.
 		want []v1.AttachedVolume
 	}{
@@ -176,6 +180,18 @@ func TestSync(t *testing.T) {
 			node: managedNode("1", inTree),
 		},
 		{
+			name:       "iSCSI and FC volumes listed with no device path, by their kubelet names",
+			node:       managedNode("1", inTree),
+			attached:   []volumename.UniqueName{volA},
+			reportOnly: []volumename.UniqueName{iscsi, fc},
+			want:       []v1.AttachedVolume{inTree, csiEntry(volA), csiEntry(fc), csiEntry(iscsi)},
+		},
+		{
+			name: "stale iSCSI entry removed",
+			node: managedNode("1", csiEntry(iscsi)),
+			want: []v1.AttachedVolume{},
+		},
+		{
 			name:     "CSI entry with a device path rewritten",
 			node:     managedNode("1", v1.AttachedVolume{Name: v1.UniqueVolumeName(volA), DevicePath: "/dev/sdb"}),
 			attached: []volumename.UniqueName{volA},
@@ -215,6 +231,9 @@ func TestSync(t *testing.T) {
 			}
 			for _, v := range tc.hidden {
 				h.actual.SetHiddenFromNodeStatus(v, nodeName, true)
+			}
+			for _, v := range tc.reportOnly {
+				h.actual.AddReportOnly(v, nodeName, false)
 			}
 			if err := h.updater.Sync(context.Background(), nodeName); err != nil {
 				t.Fatalf("Sync: %v", err)

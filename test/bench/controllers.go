@@ -95,7 +95,7 @@ func controllerArgs(kind controllerKind, kubeconfig string, r rate) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
-		"--bind-address=",
+		"--http-endpoint=",
 		"--kube-api-qps=" + qps,
 		"--kube-api-burst=" + burst,
 	}

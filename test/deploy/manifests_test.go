@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -55,7 +57,13 @@ var leaderElectionPermissions = []permission{
 // renderManifests returns the objects `kubectl kustomize manifests/` renders.
 func renderManifests(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	out, _, err := kubectl(t.Context(), "kustomize", manifests)
+	return render(t, manifests)
+}
+
+// render returns the objects `kubectl kustomize dir` renders.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	out, _, err := kubectl(t.Context(), "kustomize", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,15 +223,15 @@ func TestPriorityClass(t *testing.T) {
 // to the port the Deployment's arguments make the controller's HTTP server listen on.
 func TestProbesAndServiceReachTheServer(t *testing.T) {
 	c := controllerContainer(t)
-	var bindAddress string
+	var endpoint string
 	for _, arg := range deploymentArgs(t) {
-		if v, ok := strings.CutPrefix(arg, "--bind-address="); ok {
-			bindAddress = v
+		if v, ok := strings.CutPrefix(arg, "--http-endpoint="); ok {
+			endpoint = v
 		}
 	}
-	_, port, err := net.SplitHostPort(bindAddress)
+	_, port, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		t.Fatalf("--bind-address %q of the Deployment: %v", bindAddress, err)
+		t.Fatalf("--http-endpoint %q of the Deployment: %v", endpoint, err)
 	}
 	containerPort := func(p intstr.IntOrString) string {
 		if p.Type == intstr.Int {
@@ -313,4 +321,34 @@ func narrowRule(r rbacv1.PolicyRule) error {
 		errs = append(errs, fmt.Errorf("resource names %v: the permissions checks here do not model them", r.ResourceNames))
 	}
 	return errors.Join(errs...)
+}
+
+// TestPrometheusRulesComponent: an overlay of the base with the
+// prometheus-rules component renders the base's objects and the PrometheusRule in
+// the controller's namespace.
+func TestPrometheusRulesComponent(t *testing.T) {
+	dir := t.TempDir()
+	rel := func(path string) string {
+		r, err := filepath.Rel(dir, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	kustomization := fmt.Sprintf("resources:\n  - %s\ncomponents:\n  - %s\n",
+		rel(manifests), rel(filepath.Join(manifests, "components", "prometheus-rules")))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, dir)
+	if len(objs) != len(renderManifests(t))+1 {
+		t.Errorf("the overlay renders %d objects, want the base's and one more", len(objs))
+	}
+	i := slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "PrometheusRule" })
+	if i < 0 {
+		t.Fatal("no PrometheusRule rendered")
+	}
+	if ns := objs[i].GetNamespace(); ns != controllerNamespace {
+		t.Errorf("PrometheusRule in namespace %q, want %q", ns, controllerNamespace)
+	}
 }

@@ -44,14 +44,14 @@ func TestManifestRBAC(t *testing.T) {
 	}
 	a, b := w.Nodes[0], w.Nodes[1]
 	v := w.CreateVolume("data", workload.VolumeOptions{})
-	attached := fmt.Sprintf("Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume %q", v.PV)
+	attached := fmt.Sprintf("Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume %q ", v.PV)
 
 	w.CreatePod("first", a, v.Claim)
 	waitAttachedOnlyTo(w, v, a, operationTimeout)
 	w.WaitEvent("first", attached)
 
 	w.CreatePod("second", b, v.Claim)
-	w.WaitEvent("second", fmt.Sprintf("Warning FailedAttachVolume Multi-Attach error for volume %q Volume is already used by pod(s) first", v.PV))
+	w.WaitEvent("second", fmt.Sprintf("Warning FailedAttachVolume Waiting for detach for volume %q Volume is already used by pod(s) first", v.PV))
 	if !attachedOnlyTo(w, v, a) {
 		t.Fatalf("%s attached elsewhere than %s while pod first still uses it there: %v", v.PV, a, attachments(w, v))
 	}

@@ -66,7 +66,7 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 		args = append(args, "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
-	args = append(append(args, o.args...), "--bind-address=127.0.0.1:0")
+	args = append(append(args, o.args...), "--http-endpoint=127.0.0.1:0")
 	ctrl, err := controllerproc.New(t.Context(), controllerproc.Options{
 		Binary:      env.Controller,
 		Kubeconfig:  kubeconfig,

@@ -41,7 +41,7 @@ func TestAttachAndDetach(t *testing.T) {
 	}) {
 		t.Errorf("ControllerPublishVolume calls %+v, want only successful ones on %s", calls, c.nodeID(node))
 	}
-	c.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+v.PV+`"`)
+	c.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+v.PV+`" `)
 
 	c.DeletePod("app")
 	c.WaitDetached(v, node)
@@ -64,7 +64,7 @@ func TestRWOMoveWaitsForTheFinalizer(t *testing.T) {
 
 	c.Must(c.local.Driver.SetFault(csidriver.OpUnpublish, v.Handle, csidriver.Fault{Code: codes.Unavailable, Message: "backend busy", Count: 3}))
 	c.CreatePod("second", b, v.Claim)
-	c.WaitEvent("second", `Warning FailedAttachVolume Multi-Attach error for volume "`+v.PV+`" Volume is already used by pod(s) first`)
+	c.WaitEvent("second", `Warning FailedAttachVolume Waiting for detach for volume "`+v.PV+`" Volume is already used by pod(s) first`)
 	c.DeletePod("first")
 
 	lingered, overlapped := false, false

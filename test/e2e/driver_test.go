@@ -48,7 +48,7 @@ func TestPublishFailureIsReportedAndRetried(t *testing.T) {
 	c.local.Driver.ClearFault(csidriver.OpPublish, v.Handle)
 	c.WaitAttached(v, node)
 	c.WaitPodRunning("app")
-	c.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+v.PV+`"`)
+	c.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+v.PV+`" `)
 	if n := len(c.publishes(v, node, codes.OK)); n != 1 {
 		t.Errorf("successful ControllerPublishVolume calls = %d, want 1", n)
 	}

@@ -11,17 +11,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestMultiAttachEventsWithKubectl reads the Multi-Attach events back with the real
+// TestWaitingForDetachEventsWithKubectl reads the "Waiting for detach" events back with the real
 // `kubectl events --for pod/NAME -n NS` and matches them against the contract's text:
 // naming the pod that holds the volume, and, once no pod holds it but it is still
 // attached (the first node is unmounting), saying it is exclusively attached.
-func TestMultiAttachEventsWithKubectl(t *testing.T) {
+func TestWaitingForDetachEventsWithKubectl(t *testing.T) {
 	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 3 * time.Second})
 	a, b, third := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	v := c.AttachedVolume("data", "holder", a)
 
 	c.CreatePod("waiter", b, v.Claim)
-	usedBy := `Multi-Attach error for volume "` + v.PV + `" Volume is already used by pod(s) holder`
+	usedBy := `Waiting for detach for volume "` + v.PV + `" Volume is already used by pod(s) holder`
 	c.WaitEvent("waiter", "Warning FailedAttachVolume "+usedBy)
 	c.expectKubectlEvent("waiter", "Warning", "FailedAttachVolume", usedBy)
 
@@ -35,7 +35,7 @@ func TestMultiAttachEventsWithKubectl(t *testing.T) {
 		})
 	})
 	c.CreatePod("late", third, v.Claim)
-	exclusive := `Multi-Attach error for volume "` + v.PV + `" Volume is already exclusively attached to one node and can't be attached to another`
+	exclusive := `Waiting for detach for volume "` + v.PV + `" Volume is already exclusively attached to one node, waiting on detach before it can be attached to another node`
 	c.WaitEvent("late", "Warning FailedAttachVolume "+exclusive)
 	c.expectKubectlEvent("late", "Warning", "FailedAttachVolume", exclusive)
 }

@@ -37,7 +37,7 @@ func TestAttachAndDetach(t *testing.T) {
 	if len(n.Status.VolumesAttached) != 1 || n.Status.VolumesAttached[0] != want {
 		t.Fatalf("volumesAttached = %+v, want [%+v]", n.Status.VolumesAttached, want)
 	}
-	s.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.PV+`"`)
+	s.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.PV+`" `)
 	if len(s.Attachments()) != 1 {
 		t.Fatalf("VolumeAttachments = %d, want 1", len(s.Attachments()))
 	}
@@ -47,14 +47,14 @@ func TestAttachAndDetach(t *testing.T) {
 }
 
 // TestRWOVolumeMovesBetweenNodes moves a single-attach volume from node A to node
-// B: B waits, with one Multi-Attach event, until A has released it.
+// B: B waits, with one "Waiting for detach" event, until A has released it.
 func TestRWOVolumeMovesBetweenNodes(t *testing.T) {
 	s := newScenario(t, scenarioOptions{SimOptions: suite.SimOptions{UnmountDelay: 500 * time.Millisecond}})
 	a, b := s.Nodes[0], s.Nodes[1]
 	vol := s.AttachedVolume("data", "first", a)
 
 	s.CreatePod("second", b, vol.Claim)
-	multi := `Warning FailedAttachVolume Multi-Attach error for volume "` + vol.PV + `" Volume is already used by pod(s) first`
+	multi := `Warning FailedAttachVolume Waiting for detach for volume "` + vol.PV + `" Volume is already used by pod(s) first`
 	s.WaitEvent("second", multi)
 	s.Never(time.Second, "a VolumeAttachment on B while A holds the volume", func() bool { return s.HasAttachment(vol, b) })
 
@@ -70,13 +70,13 @@ func TestRWOVolumeMovesBetweenNodes(t *testing.T) {
 		t.Fatal("B had a VolumeAttachment while A's still existed")
 	}
 	if n := countEqual(s.PodEvents("second"), multi); n != 1 {
-		t.Fatalf("Multi-Attach events on the waiting pod = %d, want 1 per wait", n)
+		t.Fatalf(`"Waiting for detach" events on the waiting pod = %d, want 1 per wait`, n)
 	}
 }
 
-// TestMultiAttachEventHidesOtherNamespaces: a pod must not learn the names of
+// TestWaitingForDetachEventHidesOtherNamespaces: a pod must not learn the names of
 // pods in other namespaces.
-func TestMultiAttachEventHidesOtherNamespaces(t *testing.T) {
+func TestWaitingForDetachEventHidesOtherNamespaces(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	a, b := s.Nodes[0], s.Nodes[1]
 	vol := s.AttachedVolume("data", "owner", a)
@@ -90,7 +90,7 @@ func TestMultiAttachEventHidesOtherNamespaces(t *testing.T) {
 	})
 	vol2 := other.CreateVolume("data", workload.VolumeOptions{Handle: vol.Handle})
 	other.CreatePod("intruder", b, vol2.Claim)
-	other.WaitEvent("intruder", `Warning FailedAttachVolume Multi-Attach error for volume "`+vol2.PV+`" Volume is already used by 1 pod(s) in different namespaces`)
+	other.WaitEvent("intruder", `Warning FailedAttachVolume Waiting for detach for volume "`+vol2.PV+`" Volume is already used by 1 pod(s) in different namespaces`)
 	other.DeletePod("intruder")
 	other.Eventually("the intruder pod gone", func() bool {
 		_, err := s.Client.CoreV1().Pods(other.Namespace).Get(context.Background(), "intruder", metav1.GetOptions{})
@@ -107,7 +107,7 @@ func TestRWXVolumeOnTwoNodes(t *testing.T) {
 	s.WaitAttached(vol, s.Nodes[0])
 	s.WaitAttached(vol, s.Nodes[1])
 	for _, e := range s.PodEvents("two") {
-		if e != `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.PV+`"` {
+		if e != `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.PV+`" ` {
 			t.Fatalf("unexpected event on an RWX pod: %s", e)
 		}
 	}
@@ -123,5 +123,5 @@ func TestAttachErrorBecomesEvent(t *testing.T) {
 	s.WaitEvent("app", `Warning FailedAttachVolume AttachVolume.Attach failed for volume "`+vol.PV+`" : rpc error: code = Internal desc = disk is busy`)
 	s.Attacher.ClearFailures(vol.Handle)
 	s.WaitAttached(vol, s.Nodes[0])
-	s.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.PV+`"`)
+	s.WaitEvent("app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+vol.PV+`" `)
 }

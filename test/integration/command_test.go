@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestCommandLine runs the binary for --version and for bad flags: a version line
-// and exit 0, or a message naming the flag and exit 2, without touching a cluster.
+// TestCommandLine runs the binary for --version, --help and bad flags: a version
+// line or the flags in groups and exit 0, or a message naming the flag and exit 2,
+// without touching a cluster.
 func TestCommandLine(t *testing.T) {
 	for _, tc := range []struct {
 		args     []string
@@ -18,6 +19,9 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"--version"}, wantCode: 0, want: "attachdetach-controller "},
 		{args: []string{"--kube-api-qps=-1"}, wantCode: 2, want: "--kube-api-qps must be positive"},
 		{args: []string{"--leader-elect", "--leader-elect-lease-duration=5s"}, wantCode: 2, want: "--leader-elect-lease-duration (5s) must be longer than --leader-elect-renew-deadline (10s)"},
+		{args: []string{"--attach-detach-reconcile-sync-period=500ms"}, wantCode: 2, want: "--attach-detach-reconcile-sync-period must be at least 1s"},
+		{args: []string{"--bind-address=:8080"}, wantCode: 2, want: "flag provided but not defined: -bind-address"},
+		{args: []string{"--help"}, wantCode: 0, want: "Flags of kube-controller-manager (same name and meaning):"},
 	} {
 		out, err := exec.Command(env.Controller, tc.args...).CombinedOutput()
 		code := 0

@@ -57,6 +57,72 @@ func TestDisableForceDetachOnTimeout(t *testing.T) {
 	s.WaitDetached(vol, s.Nodes[0])
 }
 
+// TestUnmountWaitPerDriver: --max-wait-for-unmount-per-driver gives the world's
+// driver a wait of its own, shorter than the default or never over.
+func TestUnmountWaitPerDriver(t *testing.T) {
+	tests := []struct {
+		name     string
+		policy   string
+		wantKept bool
+	}{
+		{name: "a shorter wait", policy: "2s"},
+		{name: "never", policy: "never", wantKept: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, scenarioOptions{
+				worldArgs: func(w *suite.World) []string {
+					return []string{"--max-wait-for-unmount=1h", "--max-wait-for-unmount-per-driver=" + w.Driver + "=" + tc.policy}
+				},
+			})
+			vol := stuckVolume(t, s)
+			s.Must(s.Kubelet.SetReady(t.Context(), s.Nodes[0], false))
+			if !tc.wantKept {
+				s.WaitDetached(vol, s.Nodes[0])
+				return
+			}
+			s.Never(3*time.Second, "a force detach for a driver that must never force detach", func() bool { return !s.HasAttachment(vol, s.Nodes[0]) })
+			s.Must(s.Kubelet.SetStuck(s.Nodes[0], vol.UniqueName(), false))
+			s.WaitDetached(vol, s.Nodes[0])
+		})
+	}
+}
+
+// TestShutdownTaint: with --detach-on-shutdown-taint, a node the cloud provider
+// tainted shut down loses its volumes once it is not Ready; without the flag, or
+// while the node is Ready, they stay.
+func TestShutdownTaint(t *testing.T) {
+	taint := []byte(`{"spec":{"taints":[{"key":"node.cloudprovider.kubernetes.io/shutdown","effect":"NoSchedule"}]}}`)
+	tests := []struct {
+		name      string
+		args      []string
+		wantMoved bool
+	}{
+		{name: "opted in", args: []string{"--detach-on-shutdown-taint"}, wantMoved: true},
+		{name: "not opted in"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, scenarioOptions{controllerArgs: tc.args})
+			a, b := s.Nodes[0], s.Nodes[1]
+			vol := stuckVolume(t, s)
+			s.CreatePod("replacement", b, vol.Claim)
+			_, err := s.Client.CoreV1().Nodes().Patch(t.Context(), a, types.MergePatchType, taint, metav1.PatchOptions{})
+			s.Must(err)
+			s.Never(time.Second, "a detach from a tainted node that is Ready", func() bool { return !s.HasAttachment(vol, a) })
+			s.Must(s.Kubelet.SetReady(t.Context(), a, false))
+			if !tc.wantMoved {
+				s.Never(2*time.Second, "a detach on the shutdown taint without the flag", func() bool { return !s.HasAttachment(vol, a) })
+				s.Must(s.Kubelet.SetStuck(a, vol.UniqueName(), false))
+				s.WaitDetached(vol, a)
+				return
+			}
+			s.WaitDetached(vol, a)
+			s.WaitAttached(vol, b)
+		})
+	}
+}
+
 // TestOutOfServiceTaint: a node tainted out-of-service gets its volumes detached at
 // once, mounted or not, and the volume moves on.
 func TestOutOfServiceTaint(t *testing.T) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
@@ -14,7 +16,7 @@ import (
 var env *suite.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(suite.Main(m, suite.Options{}, func(e *suite.Env) { env = e }))
+	os.Exit(suite.Main(m, suite.Options{Tools: []string{binaries.Kubectl, binaries.KubeControllerManager}}, func(e *suite.Env) { env = e }))
 }
 
 // scenario is one test's world, run by the kubelet and external-attacher
@@ -27,6 +29,8 @@ type scenario struct {
 type scenarioOptions struct {
 	suite.SimOptions
 	controllerArgs []string
+	// worldArgs adds controller arguments that name the world's driver or nodes.
+	worldArgs func(*suite.World) []string
 	// noController leaves starting the controller to the test.
 	noController bool
 	// kubeconfig, when set, is the one the controller uses instead of the admin's.
@@ -46,6 +50,10 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 	if kubeconfig == "" {
 		kubeconfig = e.AdminKubeconfig
 	}
+	args := opts.controllerArgs
+	if opts.worldArgs != nil {
+		args = append(slices.Clone(args), opts.worldArgs(s.World)...)
+	}
 	logFile := filepath.Join(t.TempDir(), "controller.log")
 	suite.KeepLogOnFailure(t, e, "controller", logFile)
 	var err error
@@ -53,7 +61,7 @@ func newScenario(t *testing.T, opts scenarioOptions) *scenario {
 		Binary:     env.Controller,
 		Kubeconfig: kubeconfig,
 		LogFile:    logFile,
-		Args:       opts.controllerArgs,
+		Args:       args,
 	})
 	s.Must(err)
 	if !opts.noController {

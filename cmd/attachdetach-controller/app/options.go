@@ -17,9 +17,9 @@ import (
 
 // Options are the command's settings, from flags.
 type Options struct {
-	Kubeconfig  string
-	BindAddress string
-	Controller  controller.Options
+	Kubeconfig   string
+	HTTPEndpoint string
+	Controller   controller.Options
 
 	KubeAPIQPS   float64
 	KubeAPIBurst int
@@ -44,14 +44,20 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	klog.InitFlags(fs)
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
-	fs.StringVar(&o.BindAddress, "bind-address", ":8080", "Address of the HTTP server for /healthz, /readyz and /metrics. Empty: no server.")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080", "host:port of the HTTP server for /healthz, /readyz and /metrics, as the CSI sidecars name it. Empty: no server.")
 	fs.DurationVar(&o.Controller.MaxWaitForUnmount, "max-wait-for-unmount", o.Controller.MaxWaitForUnmount,
 		"How long a volume still mounted on a node that no longer needs it stays attached before it is force-detached from a node that is not Ready.")
 	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
-		"Period of the full safety pass that re-evaluates every pod, volume and node.")
+		"Period of the full safety pass that re-evaluates every pod, volume and node; at least 1s.")
 	fs.BoolVar(&o.Controller.DisableSync, "disable-attach-detach-reconcile-sync", false, "Turn off the periodic full safety pass.")
 	fs.BoolVar(&o.Controller.DisableForceDetachOnTimeout, "disable-force-detach-on-timeout", false,
 		"Never force-detach a volume still mounted after --max-wait-for-unmount, even from a node that is not Ready.")
+	fs.Var((*driverPolicies)(&o.Controller.MaxWaitForUnmountPerDriver), "max-wait-for-unmount-per-driver",
+		"DRIVER=DURATION or DRIVER=never, comma-separated: overrides --max-wait-for-unmount for the volumes of these CSI drivers "+
+			"(kubernetes.io/iscsi and kubernetes.io/fc name the in-tree plugins); never turns force detach on timeout off for that driver only.")
+	fs.BoolVar(&o.Controller.DetachOnShutdownTaint, "detach-on-shutdown-taint", false,
+		"Detach the volumes of a node that is not Ready and carries the cloud provider's node.cloudprovider.kubernetes.io/shutdown taint at once, "+
+			"as if it had the out-of-service taint. Only safe where that taint means the instance is stopped.")
 	fs.DurationVar(&o.Controller.OperationTimeout, "operation-timeout", o.Controller.OperationTimeout,
 		"How long one attach or detach waits for the CSI external-attacher before it fails and is retried with backoff.")
 	fs.IntVar(&o.Controller.Workers, "workers", o.Controller.Workers, "Volumes reconciled in parallel.")
@@ -61,12 +67,19 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	fs.Float64Var(&o.EventQPS, "event-qps", 10, "Events per second written to the API server, on a rate limit of their own.")
 	fs.IntVar(&o.EventBurst, "event-burst", 50, "Burst of events written to the API server.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Run only while holding the leader Lease, so that several replicas can run.")
+	fs.BoolVar(&o.Controller.Shadow, "shadow", false,
+		"Run beside kube-controller-manager's attach/detach controller and write nothing (no VolumeAttachment, node status, event or Lease): "+
+			"compare each decision, once it has stood for --shadow-grace, with what node status shows, and report agreements and disagreements in metrics and logs.")
+	fs.DurationVar(&o.Controller.ShadowGrace, "shadow-grace", o.Controller.ShadowGrace,
+		"In shadow mode, how long a decision must stand before it is compared with the cluster.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits after the last renewal before taking over.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it stops leading.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
 	fs.StringVar(&o.LeaderElectionName, "leader-elect-resource-name", "attachdetach-controller", "Name of the leader Lease.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-resource-namespace", defaultNamespace(), "Namespace of the leader Lease (default: $POD_NAMESPACE, else kube-system).")
 	fs.BoolVar(&o.ShowVersion, "version", false, "Print the version and exit.")
+
+	fs.Usage = func() { printUsage(fs) }
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -93,6 +106,11 @@ func (o *Options) Validate() error {
 	if err := o.Controller.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	// kube-controller-manager refuses a shorter period whether or not the pass is
+	// disabled.
+	if o.Controller.SyncPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--attach-detach-reconcile-sync-period must be at least 1s, as in kube-controller-manager, got %s", o.Controller.SyncPeriod))
+	}
 	if o.KubeAPIQPS <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))
 	}
@@ -104,6 +122,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EventBurst < 1 {
 		errs = append(errs, fmt.Errorf("--event-burst must be at least 1, got %d", o.EventBurst))
+	}
+	if o.Controller.Shadow && o.LeaderElect {
+		errs = append(errs, errors.New("--shadow writes nothing, not even a Lease: it cannot run with --leader-elect"))
 	}
 	if o.LeaderElect {
 		switch {

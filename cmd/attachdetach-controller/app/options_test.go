@@ -1,10 +1,17 @@
 package app
 
 import (
+	"errors"
+	"flag"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -18,7 +25,8 @@ func TestParseFlags(t *testing.T) {
 			c := o.Controller
 			if c.MaxWaitForUnmount != 6*time.Minute || c.SyncPeriod != time.Minute || c.OperationTimeout != 2*time.Minute ||
 				o.KubeAPIQPS != 20 || o.KubeAPIBurst != 30 || o.LeaseDuration != 15*time.Second ||
-				o.RenewDeadline != 10*time.Second || o.RetryPeriod != 2*time.Second || o.LeaderElect || c.DisableSync || c.DisableForceDetachOnTimeout {
+				o.RenewDeadline != 10*time.Second || o.RetryPeriod != 2*time.Second || o.LeaderElect || c.DisableSync || c.DisableForceDetachOnTimeout ||
+				o.HTTPEndpoint != ":8080" {
 				t.Errorf("defaults = %+v", o)
 			}
 		}},
@@ -27,14 +35,14 @@ func TestParseFlags(t *testing.T) {
 			"--disable-attach-detach-reconcile-sync", "--disable-force-detach-on-timeout", "--operation-timeout=1m",
 			"--kube-api-qps=200", "--kube-api-burst=300", "--event-qps=5", "--event-burst=7", "--workers=3", "--status-workers=2",
 			"--leader-elect", "--leader-elect-lease-duration=20s", "--leader-elect-renew-deadline=15s", "--leader-elect-retry-period=3s",
-			"--leader-elect-resource-name=adc", "--leader-elect-resource-namespace=storage", "--bind-address=127.0.0.1:9090", "-v=3",
+			"--leader-elect-resource-name=adc", "--leader-elect-resource-namespace=storage", "--http-endpoint=127.0.0.1:9090", "-v=3",
 		}, check: func(t *testing.T, o *Options) {
 			c := o.Controller
 			if o.Kubeconfig != "/k" || c.MaxWaitForUnmount != 30*time.Second || c.SyncPeriod != 5*time.Minute || !c.DisableSync ||
 				!c.DisableForceDetachOnTimeout || c.OperationTimeout != time.Minute || o.KubeAPIQPS != 200 || o.KubeAPIBurst != 300 ||
 				o.EventQPS != 5 || o.EventBurst != 7 || c.Workers != 3 || c.StatusWorkers != 2 || !o.LeaderElect ||
 				o.LeaseDuration != 20*time.Second || o.RenewDeadline != 15*time.Second || o.RetryPeriod != 3*time.Second ||
-				o.LeaderElectionName != "adc" || o.LeaderElectionNamespace != "storage" || o.BindAddress != "127.0.0.1:9090" {
+				o.LeaderElectionName != "adc" || o.LeaderElectionNamespace != "storage" || o.HTTPEndpoint != "127.0.0.1:9090" {
 				t.Errorf("parsed = %+v", o)
 			}
 		}},
@@ -48,7 +56,18 @@ func TestParseFlags(t *testing.T) {
 		{name: "zero event qps", args: []string{"--event-qps=0"}, wantErr: "--event-qps must be positive"},
 		{name: "negative max wait", args: []string{"--max-wait-for-unmount=-1s"}, wantErr: "max wait for unmount must be positive"},
 		{name: "zero sync period", args: []string{"--attach-detach-reconcile-sync-period=0"}, wantErr: "reconcile sync period must be positive"},
-		{name: "zero sync period with the sync disabled", args: []string{"--attach-detach-reconcile-sync-period=0", "--disable-attach-detach-reconcile-sync"}},
+		{name: "sync period under a second", args: []string{"--attach-detach-reconcile-sync-period=999ms"},
+			wantErr: "--attach-detach-reconcile-sync-period must be at least 1s, as in kube-controller-manager, got 999ms"},
+		{name: "sync period under a second with the sync disabled, refused as by kube-controller-manager",
+			args: []string{"--attach-detach-reconcile-sync-period=0", "--disable-attach-detach-reconcile-sync"}, wantErr: "must be at least 1s"},
+		{name: "sync period of a second", args: []string{"--attach-detach-reconcile-sync-period=1s"}},
+		{name: "no HTTP server", args: []string{"--http-endpoint="}, check: func(t *testing.T, o *Options) {
+			if o.HTTPEndpoint != "" {
+				t.Errorf("HTTPEndpoint = %q", o.HTTPEndpoint)
+			}
+		}},
+		{name: "the old --bind-address is gone", args: []string{"--bind-address=:8080"}, wantErr: "flag provided but not defined"},
+		{name: "help", args: []string{"--help"}, wantErr: "help requested"},
 		{name: "zero operation timeout", args: []string{"--operation-timeout=0"}, wantErr: "operation timeout must be positive"},
 		{name: "no workers", args: []string{"--workers=0"}, wantErr: "workers must be at least 1"},
 		{name: "renew deadline not under lease", args: []string{"--leader-elect", "--leader-elect-renew-deadline=20s"},
@@ -57,6 +76,21 @@ func TestParseFlags(t *testing.T) {
 			wantErr: "--leader-elect-renew-deadline (10s) must be longer than --leader-elect-retry-period (10s)"},
 		{name: "lease timings ignored without leader election", args: []string{"--leader-elect-renew-deadline=20s"}},
 		{name: "empty lease namespace", args: []string{"--leader-elect", "--leader-elect-resource-namespace="}, wantErr: "must not be empty"},
+		{name: "per-driver unmount waits and the shutdown taint", args: []string{
+			"--max-wait-for-unmount-per-driver=fast.csi.example.com=30s, kubernetes.io/iscsi=never", "--detach-on-shutdown-taint",
+		}, check: func(t *testing.T, o *Options) {
+			want := map[string]reconciler.DriverUnmountPolicy{
+				"fast.csi.example.com": {MaxWait: 30 * time.Second},
+				"kubernetes.io/iscsi":  {NeverForce: true},
+			}
+			if !maps.Equal(o.Controller.MaxWaitForUnmountPerDriver, want) || !o.Controller.DetachOnShutdownTaint {
+				t.Errorf("parsed %v, shutdown taint %v; want %v, true", o.Controller.MaxWaitForUnmountPerDriver, o.Controller.DetachOnShutdownTaint, want)
+			}
+		}},
+		{name: "per-driver wait without a driver", args: []string{"--max-wait-for-unmount-per-driver==30s"}, wantErr: "is not DRIVER=DURATION or DRIVER=never"},
+		{name: "per-driver wait not a duration", args: []string{"--max-wait-for-unmount-per-driver=d=soon"}, wantErr: "driver d: \"soon\" is neither a positive duration nor never"},
+		{name: "per-driver wait of zero", args: []string{"--max-wait-for-unmount-per-driver=d=0s"}, wantErr: "is neither a positive duration nor never"},
+		{name: "per-driver wait given twice", args: []string{"--max-wait-for-unmount-per-driver=d=1m,d=never"}, wantErr: "driver d is given twice"},
 		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "flag provided but not defined"},
 		{name: "bad duration", args: []string{"--max-wait-for-unmount=soon"}, wantErr: "invalid value"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
@@ -76,5 +110,55 @@ func TestParseFlags(t *testing.T) {
 				tc.check(t, o)
 			}
 		})
+	}
+}
+
+func TestHelpGroupsTheFlags(t *testing.T) {
+	var out strings.Builder
+	if _, err := ParseFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("ParseFlags(--help) error = %v, want flag.ErrHelp", err)
+	}
+	help := out.String()
+	kcm := strings.Index(help, "Flags of kube-controller-manager")
+	own := strings.Index(help, "Flags of this controller only")
+	logging := strings.Index(help, "Logging flags")
+	if kcm < 0 || own < kcm || logging < own {
+		t.Fatalf("help has not the three groups in order:\n%s", help)
+	}
+	for _, tc := range []struct {
+		flag       string
+		start, end int
+	}{
+		{"--kubeconfig ", kcm, own},
+		{"--attach-detach-reconcile-sync-period ", kcm, own},
+		{"--leader-elect-resource-namespace ", kcm, own},
+		{"--kube-api-qps ", kcm, own},
+		{"--http-endpoint ", own, logging},
+		{"--max-wait-for-unmount ", own, logging},
+		{"--workers ", own, logging},
+		{"--v ", logging, len(help)},
+	} {
+		if i := strings.Index(help, tc.flag); i < tc.start || i > tc.end {
+			t.Errorf("%s is not in its group", tc.flag)
+		}
+	}
+}
+
+func TestEveryFlagHasAGroup(t *testing.T) {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	var out strings.Builder
+	if _, err := ParseFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		name, ok := strings.CutPrefix(line, "  --")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		if !kcmFlags[name] && !ownFlags[name] && klogFlags.Lookup(name) == nil {
+			t.Errorf("--%s is neither kube-controller-manager's, the controller's own nor klog's", name)
+		}
 	}
 }

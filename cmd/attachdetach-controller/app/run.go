@@ -46,6 +46,15 @@ func Run(ctx context.Context, o *Options) error {
 	base.UserAgent = "attachdetach-controller/" + version.Version
 	base.ContentType = "application/vnd.kubernetes.protobuf"
 	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	if o.Controller.Shadow {
+		logger.Info("Shadow mode: deciding and comparing with the cluster, writing nothing", "grace", o.Controller.ShadowGrace)
+		base.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
+	}
+
+	// client-go's request, work queue and leader election metrics go to the
+	// registry only if it is hooked in before the first client and queue exist.
+	m := metrics.New()
+	m.HookClientGo()
 
 	// One rate limit (--kube-api-qps/--kube-api-burst) for the controller's
 	// requests, with node status writes served first; events and leader election
@@ -69,14 +78,15 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	m := metrics.New()
 	var leading, ready atomic.Bool
+	// running is the controller once its state is rebuilt, for explanations.
+	var running atomic.Pointer[controller.Controller]
 	var electionCheck *leaderelection.HealthzAdaptor
 	if o.LeaderElect {
 		electionCheck = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	if o.BindAddress != "" {
-		srv, err := serve(ctx, o.BindAddress, m, electionCheck, func() bool { return !leading.Load() || ready.Load() })
+	if o.HTTPEndpoint != "" {
+		srv, err := serve(ctx, o.HTTPEndpoint, m, electionCheck, func() bool { return !leading.Load() || ready.Load() }, explainHandler(running.Load))
 		if err != nil {
 			return err
 		}
@@ -87,11 +97,14 @@ func Run(ctx context.Context, o *Options) error {
 		leading.Store(true)
 		m.IsLeader.Set(1)
 		defer m.IsLeader.Set(0)
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		defer broadcaster.Shutdown()
-		broadcaster.StartStructuredLogging(3)
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
-		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
+		var recorder record.EventRecorder = discardEvents{}
+		if !o.Controller.Shadow {
+			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+			defer broadcaster.Shutdown()
+			broadcaster.StartStructuredLogging(3)
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+			recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
+		}
 
 		factory := controller.NewInformerFactory(client)
 		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
@@ -99,7 +112,11 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 		defer factory.Shutdown()
-		return c.Run(ctx, func() { ready.Store(true) })
+		defer running.Store(nil)
+		return c.Run(ctx, func() {
+			ready.Store(true)
+			running.Store(c)
+		})
 	}
 
 	if !o.LeaderElect {
@@ -258,8 +275,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// serve starts the HTTP server for probes and metrics.
-func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leaderelection.HealthzAdaptor, ready func() bool) (*http.Server, error) {
+// serve starts the HTTP server for probes, metrics and the leader's
+// explanations.
+func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leaderelection.HealthzAdaptor, ready func() bool, explainer http.Handler) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if election != nil {
@@ -278,9 +296,10 @@ func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leade
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle(ExplainPath, explainer)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening on --bind-address %s: %w", addr, err)
+		return nil, fmt.Errorf("listening on --http-endpoint %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

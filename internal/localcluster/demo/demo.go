@@ -3,8 +3,8 @@
 // step, as seen through the API server and by the CSI driver: a pod's ReadWriteOnce
 // volume attached through a VolumeAttachment, csi-attacher and
 // ControllerPublishVolume, then staged and published by kubelet, and the pod Running;
-// a second pod on another node refused with a FailedAttachVolume event (shown with
-// the real kubectl); the volume moving once the first pod is gone and kubelet has
+// a second pod on another node kept waiting with a "Waiting for detach" event (shown
+// with the real kubectl); the volume moving once the first pod is gone and kubelet has
 // unpublished and unstaged it; a ReadWriteMany volume on every node; and everything
 // detached at the end.
 package demo

@@ -1,0 +1,265 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/explain"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+)
+
+// ExplainPath is where the leader's HTTP endpoint serves explanations from its
+// live state.
+const ExplainPath = "/debug/explain"
+
+// ExplainOptions are the settings of the explain command.
+type ExplainOptions struct {
+	Kubeconfig string
+	Namespace  string
+	Output     string
+	Target     explain.Target
+	// FromLeader asks the running leader; LeaderURL is where it listens (empty:
+	// through the API server's proxy to the pod the Lease names, on LeaderPort).
+	FromLeader     bool
+	LeaderURL      string
+	LeaderPort     int
+	LeaseNamespace string
+	LeaseName      string
+	Timeout        time.Duration
+}
+
+// ParseExplainFlags reads `explain KIND/NAME [flags]`, the arguments after
+// "explain".
+func ParseExplainFlags(args []string, output io.Writer) (*ExplainOptions, error) {
+	o := &ExplainOptions{}
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: attachdetach-controller explain (pod|pvc|pv|node|volumeattachment)/NAME [-n NAMESPACE] [flags]
+       kubectl attachdetach explain ...   (the same binary installed as kubectl-attachdetach)
+
+Tells, for each volume of the object, which nodes need it and for which pods, its
+VolumeAttachments, node status, and what the controller's rules say must happen
+now and why. It reads the cluster with your kubeconfig and writes nothing.
+
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration.")
+	fs.StringVar(&o.Namespace, "n", "", "Namespace of a pod or claim (default: the kubeconfig context's).")
+	fs.StringVar(&o.Namespace, "namespace", "", "Same as -n.")
+	fs.StringVar(&o.Output, "o", "text", "Output format: text, json or yaml.")
+	fs.StringVar(&o.Output, "output", "text", "Same as -o.")
+	fs.BoolVar(&o.FromLeader, "from-leader", false,
+		"Ask the running leader, which also knows the operations in progress, backoffs and when each wait for unmount began; falls back to reading the cluster when it cannot be reached.")
+	fs.StringVar(&o.LeaderURL, "leader-url", "", "Base URL of the leader's --http-endpoint (default: through the API server's proxy to the pod the Lease names).")
+	fs.IntVar(&o.LeaderPort, "leader-port", 8080, "Port of the leader pod's --http-endpoint, for the API server's proxy.")
+	fs.StringVar(&o.LeaseNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of the leader Lease.")
+	fs.StringVar(&o.LeaseName, "leader-elect-resource-name", "attachdetach-controller", "Name of the leader Lease.")
+	fs.DurationVar(&o.Timeout, "timeout", time.Minute, "How long to wait for the cluster's state.")
+	// The target comes first, as with kubectl; flags may follow it.
+	var positional []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(positional) != 1 {
+		fs.Usage()
+		return nil, errors.New("explain takes exactly one KIND/NAME")
+	}
+	switch o.Output {
+	case "text", "json", "yaml":
+	default:
+		return nil, fmt.Errorf("-o must be text, json or yaml, got %q", o.Output)
+	}
+	target, err := explain.ParseTarget(positional[0], "")
+	if err != nil {
+		return nil, err
+	}
+	o.Target = target
+	return o, nil
+}
+
+// RunExplain prints the explanation of the target.
+func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.Kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	if o.Target.Kind == explain.Pod || o.Target.Kind == explain.Claim {
+		o.Target.Namespace = o.Namespace
+		if o.Target.Namespace == "" {
+			if o.Target.Namespace, _, err = loader.Namespace(); err != nil {
+				return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+			}
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "attachdetach-controller-explain"
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the client: %w", err)
+	}
+	var report explain.Report
+	if o.FromLeader {
+		report, err = askLeader(ctx, client, o)
+		if err != nil {
+			fmt.Fprintf(stderr, "Could not ask the leader (%v); reading the cluster instead.\n", err)
+		}
+	}
+	if !o.FromLeader || err != nil {
+		if report, err = explainSnapshot(ctx, client, o.Target); err != nil {
+			return err
+		}
+	}
+	return writeReport(stdout, report, o.Output)
+}
+
+// explainSnapshot builds the controller's state from the cluster, as it does at
+// start-up, and explains from it.
+func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain.Target) (explain.Report, error) {
+	factory := controller.NewInformerFactory(client)
+	defer factory.Shutdown()
+	infoCtx, stop := context.WithCancel(klog.NewContext(ctx, klog.Background()))
+	defer stop()
+	c, err := controller.New(controller.Clients{API: client, NodeStatus: client}, factory, discardEvents{}, metrics.New(), controller.DefaultOptions())
+	if err != nil {
+		return explain.Report{}, err
+	}
+	if err := c.Snapshot(infoCtx); err != nil {
+		return explain.Report{}, fmt.Errorf("reading the cluster: %w", err)
+	}
+	return c.Explain(infoCtx, t, false)
+}
+
+// askLeader gets the leader's explanation from its HTTP endpoint.
+func askLeader(ctx context.Context, client kubernetes.Interface, o *ExplainOptions) (explain.Report, error) {
+	query := url.Values{"target": {string(o.Target.Kind) + "/" + o.Target.Name}, "namespace": {o.Target.Namespace}}
+	var body []byte
+	var err error
+	if o.LeaderURL != "" {
+		body, err = httpGet(ctx, strings.TrimSuffix(o.LeaderURL, "/")+ExplainPath+"?"+query.Encode())
+	} else {
+		body, err = proxyGet(ctx, client, o, query)
+	}
+	if err != nil {
+		return explain.Report{}, err
+	}
+	var r explain.Report
+	if err := json.Unmarshal(body, &r); err != nil {
+		return explain.Report{}, fmt.Errorf("decoding the leader's answer: %w", err)
+	}
+	return r, nil
+}
+
+func httpGet(ctx context.Context, u string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// proxyGet reaches the pod the Lease names through the API server's proxy.
+func proxyGet(ctx context.Context, client kubernetes.Interface, o *ExplainOptions, query url.Values) ([]byte, error) {
+	lease, err := client.CoordinationV1().Leases(o.LeaseNamespace).Get(ctx, o.LeaseName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the leader Lease %s/%s: %w", o.LeaseNamespace, o.LeaseName, err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		return nil, fmt.Errorf("the Lease %s/%s names no leader", o.LeaseNamespace, o.LeaseName)
+	}
+	pod, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+	params := map[string]string{}
+	for k := range query {
+		params[k] = query.Get(k)
+	}
+	return client.CoreV1().Pods(o.LeaseNamespace).ProxyGet("http", pod, strconv.Itoa(o.LeaderPort), ExplainPath, params).DoRaw(ctx)
+}
+
+func writeReport(w io.Writer, r explain.Report, format string) error {
+	switch format {
+	case "json":
+		out, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", out)
+		return err
+	case "yaml":
+		out, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(out)
+		return err
+	}
+	return explain.WriteText(w, r)
+}
+
+// explainHandler serves explanations from the leader's live state; current
+// returns the running controller, nil while this replica does not lead.
+func explainHandler(current func() *controller.Controller) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		c := current()
+		if c == nil {
+			http.Error(w, "this replica is not the leader", http.StatusServiceUnavailable)
+			return
+		}
+		t, err := explain.ParseTarget(req.URL.Query().Get("target"), req.URL.Query().Get("namespace"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r, err := c.Explain(req.Context(), t, true)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(r); err != nil {
+			klog.FromContext(req.Context()).Error(err, "Writing an explanation")
+		}
+	})
+}

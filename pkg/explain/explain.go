@@ -1,0 +1,211 @@
+// Package explain holds the answer to "why is this volume (not) attached?": what
+// an explanation is about, the report the controller's own rules make of it, and
+// its rendering as text for a person, or as JSON or YAML for tools.
+package explain
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Target names what to explain: a pod, claim, PV, node or VolumeAttachment.
+type Target struct {
+	Kind      Kind   `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+// Kind is the kind of object explained.
+type Kind string
+
+// The kinds an explanation can be about.
+const (
+	Pod              Kind = "pod"
+	Claim            Kind = "pvc"
+	PV               Kind = "pv"
+	Node             Kind = "node"
+	VolumeAttachment Kind = "volumeattachment"
+)
+
+var kindNames = map[string]Kind{
+	"pod": Pod, "pods": Pod, "po": Pod,
+	"pvc": Claim, "pvcs": Claim, "persistentvolumeclaim": Claim, "persistentvolumeclaims": Claim,
+	"pv": PV, "pvs": PV, "persistentvolume": PV, "persistentvolumes": PV,
+	"node": Node, "nodes": Node, "no": Node,
+	"volumeattachment": VolumeAttachment, "volumeattachments": VolumeAttachment, "va": VolumeAttachment,
+}
+
+// ParseTarget reads KIND/NAME, as kubectl spells it; namespace applies to pods
+// and claims.
+func ParseTarget(s, namespace string) (Target, error) {
+	kind, name, ok := strings.Cut(s, "/")
+	k, known := kindNames[strings.ToLower(kind)]
+	if !ok || !known || name == "" || strings.Contains(name, "/") {
+		return Target{}, fmt.Errorf("%q is not one of pod/NAME, pvc/NAME, pv/NAME, node/NAME, volumeattachment/NAME", s)
+	}
+	t := Target{Kind: k, Name: name}
+	if k == Pod || k == Claim {
+		t.Namespace = namespace
+	}
+	return t, nil
+}
+
+func (t Target) String() string {
+	if t.Namespace != "" {
+		return fmt.Sprintf("%s/%s -n %s", t.Kind, t.Name, t.Namespace)
+	}
+	return fmt.Sprintf("%s/%s", t.Kind, t.Name)
+}
+
+// Report is the explanation of a target.
+type Report struct {
+	Target Target `json:"target"`
+	// At is when the state explained was read.
+	At time.Time `json:"at"`
+	// Source says where the state came from: "snapshot" (read by the command
+	// with the caller's credentials) or "leader" (the running leader's memory).
+	Source string `json:"source"`
+	// Problems are the target's volumes that cannot be attached, and why.
+	Problems []Problem `json:"problems,omitempty"`
+	Volumes  []Volume  `json:"volumes,omitempty"`
+}
+
+// Problem is a volume of a pod (or a claim) that is not attachable now.
+type Problem struct {
+	// Pod is namespace/name of the pod whose volume it is, if any.
+	Pod string `json:"pod,omitempty"`
+	// Volume is the volume's name in the pod, or the claim's name.
+	Volume string `json:"volume"`
+	Reason string `json:"reason"`
+}
+
+// Volume is everything about one attachable volume.
+type Volume struct {
+	// Name is the unique volume name kubelet uses; Display the PV's name or the
+	// pod's volume name.
+	Name    string `json:"name"`
+	Display string `json:"display,omitempty"`
+	PV      string `json:"pv,omitempty"`
+	// MultiAttach tells whether several nodes may have it at once.
+	MultiAttach bool         `json:"multiAttach"`
+	Nodes       []NodeReport `json:"nodes"`
+}
+
+// NodeReport is the volume on one node: who needs it, what exists, what the rules say.
+type NodeReport struct {
+	Node string `json:"node"`
+	// Pods are namespace/name of the pods on the node that need the volume.
+	Pods        []string     `json:"pods,omitempty"`
+	Attachments []Attachment `json:"attachments,omitempty"`
+	// NodeStatus tells how the node's status lists the volume.
+	ListedAttached bool `json:"listedAttached"`
+	ListedInUse    bool `json:"listedInUse"`
+	// Action is what the rules say must happen: none, wait, attach or detach.
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+	// ForceAt is when a force detach becomes possible, if a wait for unmount
+	// runs; Policy the unmount wait that applies and whose it is.
+	ForceAt *time.Time `json:"forceAt,omitempty"`
+	Policy  string     `json:"policy,omitempty"`
+	// Running and Backoff come from the leader only: an operation in progress, or
+	// the time left before the next one after a failure.
+	Running bool   `json:"running,omitempty"`
+	Backoff string `json:"backoff,omitempty"`
+}
+
+// Attachment is one VolumeAttachment of the volume on the node, or, for an
+// in-tree iSCSI or Fibre Channel volume, its report in node status.
+type Attachment struct {
+	// Name is empty for a report-only attachment.
+	Name        string `json:"name,omitempty"`
+	Attached    bool   `json:"attached"`
+	Deleting    bool   `json:"deleting,omitempty"`
+	AttachError string `json:"attachError,omitempty"`
+	DetachError string `json:"detachError,omitempty"`
+}
+
+// WriteText writes the report for a person.
+func WriteText(w io.Writer, r Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, as the %s saw it at %s\n", r.Target, r.Source, r.At.Format(time.TimeOnly))
+	for _, p := range r.Problems {
+		who := p.Volume
+		if p.Pod != "" {
+			who = fmt.Sprintf("pod %s, volume %s", p.Pod, p.Volume)
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", who, p.Reason)
+	}
+	if len(r.Problems) == 0 && len(r.Volumes) == 0 {
+		b.WriteString("  no attachable volume\n")
+	}
+	for _, v := range r.Volumes {
+		nodes := "one node at a time"
+		if v.MultiAttach {
+			nodes = "several nodes at once"
+		}
+		fmt.Fprintf(&b, "\nvolume %s (%s), %s\n", cmp.Or(v.Display, v.Name), v.Name, nodes)
+		for _, n := range v.Nodes {
+			needed := "no pod needs it"
+			if len(n.Pods) > 0 {
+				needed = "needed by " + strings.Join(n.Pods, ", ")
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", n.Node, needed)
+			for _, a := range n.Attachments {
+				fmt.Fprintf(&b, "    %s\n", describeAttachment(a))
+			}
+			fmt.Fprintf(&b, "    node status: %s\n", describeStatus(n))
+			fmt.Fprintf(&b, "    %s: %s\n", actionLabels[n.Action], n.Reason)
+			if n.Running {
+				b.WriteString("    an operation is running\n")
+			}
+			if n.Backoff != "" {
+				fmt.Fprintf(&b, "    %s\n", n.Backoff)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// actionLabels head the line that says what must happen.
+var actionLabels = map[string]string{"none": "ok", "wait": "waiting", "attach": "attaching", "detach": "detaching"}
+
+func describeAttachment(a Attachment) string {
+	s := "VolumeAttachment " + a.Name
+	if a.Name == "" {
+		s = "reported attached in node status (in-tree volume, no VolumeAttachment)"
+	}
+	switch {
+	case a.Deleting:
+		s += ": being deleted"
+	case a.Attached:
+		s += ": attached"
+	default:
+		s += ": not attached yet"
+	}
+	if a.AttachError != "" {
+		s += "; attachError: " + a.AttachError
+	}
+	if a.DetachError != "" {
+		s += "; detachError: " + a.DetachError
+	}
+	return s
+}
+
+func describeStatus(n NodeReport) string {
+	var parts []string
+	if n.ListedAttached {
+		parts = append(parts, "in volumesAttached")
+	} else {
+		parts = append(parts, "not in volumesAttached")
+	}
+	if n.ListedInUse {
+		parts = append(parts, "in volumesInUse")
+	} else {
+		parts = append(parts, "not in volumesInUse")
+	}
+	return strings.Join(parts, ", ")
+}

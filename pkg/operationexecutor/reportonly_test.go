@@ -1,0 +1,106 @@
+package operationexecutor
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+)
+
+var testISCSI = cache.Volume{
+	Name:        volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0),
+	PVName:      "pv-iscsi",
+	DisplayName: "pv-iscsi",
+}
+
+func TestAttachReportOnlyWritesNoVolumeAttachment(t *testing.T) {
+	h := newExecHarness(t, waitLimit)
+	if err := h.exec.Attach(context.Background(), testISCSI, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if len(h.client.Actions()) != 0 {
+		t.Errorf("API requests = %v, want none: an iSCSI volume has no VolumeAttachment", h.client.Actions())
+	}
+	if got := h.actual.ReportedVolumes(testNode); !slices.Equal(got, []volumename.UniqueName{testISCSI.Name}) {
+		t.Errorf("node status would list %v, want %v", got, testISCSI.Name)
+	}
+	if got := h.status.enqueuedNodes(); !slices.Equal(got, []string{testNode}) {
+		t.Errorf("node status writes asked for %v, want %v", got, testNode)
+	}
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-iscsi" `
+	if got := h.events(); !slices.Equal(got, []string{want}) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+	if h.anyRunning(testISCSI.Name) {
+		t.Error("the attach still holds the volume's lock")
+	}
+}
+
+func TestAttachReportOnlyRefusedWhileAnotherNodeHoldsIt(t *testing.T) {
+	h := newExecHarness(t, waitLimit)
+	h.actual.AddReportOnly(testISCSI.Name, "node-2", false)
+	err := h.exec.Attach(context.Background(), testISCSI, testNode, testPods)
+	var held *HeldError
+	if !errors.As(err, &held) || !slices.Equal(held.Nodes, []string{"node-2"}) {
+		t.Fatalf("Attach = %v, want a HeldError naming node-2", err)
+	}
+	if _, ok := h.actual.Get(testISCSI.Name, testNode); ok {
+		t.Error("a refused attach recorded the volume on the node")
+	}
+}
+
+func TestDetachReportOnly(t *testing.T) {
+	tests := []struct {
+		name      string
+		inUse     bool
+		force     ForceReason
+		notReady  bool
+		wantGone  bool
+		wantShown bool
+	}{
+		{name: "not in use", wantGone: true},
+		{name: "in use", inUse: true, wantShown: true},
+		{name: "in use on a node out of service", inUse: true, force: ForceOutOfService, wantGone: true},
+		{name: "in use after the unmount wait on a node not Ready", inUse: true, force: ForceUnmountTimeout, notReady: true, wantGone: true},
+		{name: "in use after the unmount wait on a node Ready again", inUse: true, force: ForceUnmountTimeout, wantShown: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, waitLimit)
+			h.actual.AddReportOnly(testISCSI.Name, testNode, false)
+			if tc.inUse {
+				h.status.node.Status.VolumesInUse = []v1.UniqueVolumeName{v1.UniqueVolumeName(testISCSI.Name)}
+			}
+			if tc.notReady {
+				h.status.node.Status.Conditions[0].Status = v1.ConditionFalse
+			}
+			if tc.force == ForceOutOfService {
+				h.status.node.Spec.Taints = []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}
+			}
+			on, _ := h.actual.Get(testISCSI.Name, testNode)
+			if err := h.exec.Detach(context.Background(), on, tc.force); err != nil {
+				t.Fatalf("Detach: %v", err)
+			}
+			h.waitDoneFor(t, testISCSI.Name)
+			if got := h.status.reportedAtConfirm; len(got) != 1 || len(got[0]) != 0 {
+				t.Errorf("node status at Confirm would list %v, want nothing", got)
+			}
+			_, recorded := h.actual.Get(testISCSI.Name, testNode)
+			if recorded == tc.wantGone {
+				t.Errorf("recorded after the detach = %v, want %v", recorded, !tc.wantGone)
+			}
+			shown := slices.Contains(h.actual.ReportedVolumes(testNode), testISCSI.Name)
+			if shown != tc.wantShown {
+				t.Errorf("node status lists the volume after the detach = %v, want %v", shown, tc.wantShown)
+			}
+			if n := h.deleteCount(); n != 0 {
+				t.Errorf("VolumeAttachment deletes = %d, want none", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,124 @@
+package reconciler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+)
+
+func TestUnmountPolicyFor(t *testing.T) {
+	policy := UnmountPolicy{
+		Default: DriverUnmountPolicy{MaxWait: 6 * time.Minute},
+		PerDriver: map[string]DriverUnmountPolicy{
+			"fast.csi.example.com": {MaxWait: 30 * time.Second},
+			"kubernetes.io/iscsi":  {NeverForce: true},
+		},
+	}
+	tests := []struct {
+		name       string
+		policy     UnmountPolicy
+		volume     volumename.UniqueName
+		want       DriverUnmountPolicy
+		wantDriver string
+	}{
+		{"driver with a policy", policy, volumename.CSI("fast.csi.example.com", "v^1"), DriverUnmountPolicy{MaxWait: 30 * time.Second}, "fast.csi.example.com"},
+		{"driver without one", policy, volumename.CSI("slow.csi.example.com", "v"), DriverUnmountPolicy{MaxWait: 6 * time.Minute}, ""},
+		{"in-tree plugin", policy, volumename.ISCSI("10.0.0.1:3260", "iqn.x", 0), DriverUnmountPolicy{NeverForce: true}, "kubernetes.io/iscsi"},
+		{"force detach off for all", UnmountPolicy{Default: policy.Default, PerDriver: policy.PerDriver, NeverForce: true},
+			volumename.CSI("fast.csi.example.com", "v"), DriverUnmountPolicy{MaxWait: 30 * time.Second, NeverForce: true}, "fast.csi.example.com"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, driver := tc.policy.For(tc.volume)
+			if got != tc.want || driver != tc.wantDriver {
+				t.Errorf("For(%s) = %+v, %q; want %+v, %q", tc.volume, got, driver, tc.want, tc.wantDriver)
+			}
+		})
+	}
+}
+
+// TestDecisionReasons pins the words an operator reads for each decision.
+func TestDecisionReasons(t *testing.T) {
+	start := time.Date(2026, 11, 23, 12, 1, 7, 0, time.UTC)
+	vol := volumename.CSI("d", "h")
+	mounted := cache.Node{Name: "node-a", Presence: cache.NodePresent, Managed: true, Ready: true, InUse: map[volumename.UniqueName]struct{}{vol: {}}}
+	notReady := mounted
+	notReady.Ready = false
+	tainted := notReady
+	tainted.OutOfService = true
+	shut := notReady
+	shut.Shutdown = true
+	attached := cache.OnNode{Volume: vol, Node: "node-a", Objects: []cache.Attachment{{Attached: true}}}
+	deleting := cache.OnNode{Volume: vol, Node: "node-a", Objects: []cache.Attachment{{Deleting: true, DetachError: "device busy"}}}
+	tests := []struct {
+		name       string
+		cfg        Config
+		on         cache.OnNode
+		node       cache.Node
+		now        time.Time
+		wantAction Action
+		wantForce  operationexecutor.ForceReason
+		wantReason string
+	}{
+		{name: "waiting, node NotReady", on: attached, node: notReady, now: start.Add(3*time.Minute + 2*time.Second), wantAction: ActionWait,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; node-a is NotReady; force detach at 12:07:07 if it is not Ready then, in 2m58s"},
+		{name: "wait over, node Ready", on: attached, node: mounted, now: start.Add(7 * time.Minute), wantAction: ActionWait,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over but node-a is Ready, so it is not force-detached"},
+		{name: "wait over, node NotReady", on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionDetach, wantForce: operationexecutor.ForceUnmountTimeout,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over and node-a is NotReady: force-detached"},
+		{name: "driver policy never", cfg: Config{UnmountPolicy: UnmountPolicy{Default: DriverUnmountPolicy{MaxWait: 6 * time.Minute}, PerDriver: map[string]DriverUnmountPolicy{"d": {NeverForce: true}}}},
+			on: attached, node: notReady, now: start.Add(time.Hour), wantAction: ActionWait,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; force detach on timeout is off (policy of d)"},
+		{name: "out of service", on: attached, node: tainted, now: start, wantAction: ActionDetach, wantForce: operationexecutor.ForceOutOfService,
+			wantReason: "node node-a has the node.kubernetes.io/out-of-service taint: detached although it may still be mounted"},
+		{name: "shutdown, opted in", cfg: Config{DetachOnShutdownTaint: true}, on: attached, node: shut, now: start, wantAction: ActionDetach, wantForce: operationexecutor.ForceShutdown,
+			wantReason: "node node-a has the node.cloudprovider.kubernetes.io/shutdown taint and is not Ready: detached although it may still be mounted"},
+		{name: "not mounted", on: attached, node: cache.Node{Name: "node-a", Presence: cache.NodePresent, Managed: true}, now: start, wantAction: ActionDetach,
+			wantReason: "no pod on node-a needs it and kubelet does not report it in use"},
+		{name: "being deleted", on: deleting, node: notReady, now: start, wantAction: ActionWait,
+			wantReason: "its VolumeAttachment is being deleted: waiting for the CSI external-attacher to detach it; the CSI driver reported: device busy"},
+		{name: "unmanaged node", on: attached, node: cache.Node{Name: "node-a", Presence: cache.NodePresent}, now: start, wantAction: ActionNone,
+			wantReason: "node node-a is not managed by the attach/detach controller (no volumes.kubernetes.io/controller-managed-attach-detach=true annotation): kubelet attaches and detaches there itself"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cfg.UnmountPolicy.Default.MaxWait == 0 {
+				tc.cfg.UnmountPolicy.Default.MaxWait = 6 * time.Minute
+			}
+			r := &Reconciler{cfg: tc.cfg}
+			d := r.decideDetach(tc.on, tc.node, tc.now, func() time.Time { return start })
+			if d.Action != tc.wantAction || d.Force != tc.wantForce || d.Reason != tc.wantReason {
+				t.Errorf("decision = %s %q %q\nwant       %s %q %q", d.Action, d.Force, d.Reason, tc.wantAction, tc.wantForce, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestAttachDecisionReasons(t *testing.T) {
+	node := cache.Node{Name: "node-b", Presence: cache.NodePresent, Managed: true}
+	failing := cache.OnNode{Objects: []cache.Attachment{{AttachError: "rpc error: code = ResourceExhausted"}}}
+	tests := []struct {
+		name       string
+		on         *cache.OnNode
+		node       cache.Node
+		wantAction Action
+		wantReason string
+	}{
+		{"nothing yet", nil, node, ActionAttach, "to be attached"},
+		{"driver error", &failing, node, ActionAttach, "attaching; the CSI driver reported: rpc error: code = ResourceExhausted"},
+		{"node missing", nil, cache.Node{Name: "node-b"}, ActionWait, "node node-b does not exist"},
+		{"unmanaged", nil, cache.Node{Name: "node-b", Presence: cache.NodePresent}, ActionWait, "node node-b is not managed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decideAttach(tc.on, tc.node)
+			if d.Action != tc.wantAction || !strings.HasPrefix(d.Reason, tc.wantReason) {
+				t.Errorf("decision = %s %q, want %s %q", d.Action, d.Reason, tc.wantAction, tc.wantReason)
+			}
+		})
+	}
+}

@@ -1,0 +1,105 @@
+package shadow
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+)
+
+const grace = time.Minute
+
+var vol = volumename.CSI("d", "h")
+
+type comparison struct {
+	expected Expectation
+	agreed   bool
+}
+
+func TestCompare(t *testing.T) {
+	waitStarted := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		decision reconciler.Decision
+		listed   bool
+		want     []comparison
+	}{
+		{"attach, then listed", reconciler.Decision{Wanted: true, Action: reconciler.ActionAttach}, true, []comparison{{ExpectAttached, true}}},
+		{"attach, never listed", reconciler.Decision{Wanted: true, Action: reconciler.ActionAttach}, false, []comparison{{ExpectAttached, false}}},
+		{"attached and wanted, listed", reconciler.Decision{Wanted: true, Action: reconciler.ActionNone}, true, []comparison{{ExpectAttached, true}}},
+		{"held elsewhere, not listed", reconciler.Decision{Wanted: true, Action: reconciler.ActionWait}, false, []comparison{{ExpectNotAttached, true}}},
+		{"held elsewhere, listed anyway", reconciler.Decision{Wanted: true, Action: reconciler.ActionWait}, true, []comparison{{ExpectNotAttached, false}}},
+		{"detach, gone", reconciler.Decision{Action: reconciler.ActionDetach}, false, []comparison{{ExpectDetached, true}}},
+		{"detach, still listed", reconciler.Decision{Action: reconciler.ActionDetach}, true, []comparison{{ExpectDetached, false}}},
+		{"mounted, kept", reconciler.Decision{Action: reconciler.ActionWait, WaitStarted: waitStarted}, true, []comparison{{ExpectKeptMounted, true}}},
+		{"mounted, detached anyway", reconciler.Decision{Action: reconciler.ActionWait, WaitStarted: waitStarted}, false, []comparison{{ExpectKeptMounted, false}}},
+		{"VolumeAttachment being deleted: nothing to compare", reconciler.Decision{Action: reconciler.ActionWait}, false, nil},
+		{"unmanaged node: nothing to compare", reconciler.Decision{Action: reconciler.ActionNone}, true, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.decision.Node = "node-a"
+			c, got, now := newComparer(t, tc.listed)
+			c.Observe(vol, []reconciler.Decision{tc.decision})
+			*now = now.Add(grace - time.Second)
+			c.CompareDue(context.Background())
+			if len(*got) != 0 {
+				t.Fatalf("compared before the grace period: %v", *got)
+			}
+			*now = now.Add(time.Second)
+			c.CompareDue(context.Background())
+			c.CompareDue(context.Background())
+			if len(*got) != len(tc.want) || (len(tc.want) > 0 && (*got)[0] != tc.want[0]) {
+				t.Errorf("comparisons = %v, want %v (once)", *got, tc.want)
+			}
+		})
+	}
+}
+
+// TestChangedDecisionRestartsTheGrace: a decision that changes before the grace
+// period is over is not held against the cluster; the new one is, a full grace
+// period later.
+func TestChangedDecisionRestartsTheGrace(t *testing.T) {
+	c, got, now := newComparer(t, true)
+	c.Observe(vol, []reconciler.Decision{{Node: "node-a", Action: reconciler.ActionDetach}})
+	*now = now.Add(grace / 2)
+	c.Observe(vol, []reconciler.Decision{{Node: "node-a", Wanted: true, Action: reconciler.ActionAttach}})
+	*now = now.Add(grace / 2)
+	c.CompareDue(context.Background())
+	if len(*got) != 0 {
+		t.Fatalf("compared a decision replaced before its grace period: %v", *got)
+	}
+	*now = now.Add(grace / 2)
+	c.CompareDue(context.Background())
+	if want := (comparison{ExpectAttached, true}); len(*got) != 1 || (*got)[0] != want {
+		t.Errorf("comparisons = %v, want [%v]", *got, want)
+	}
+	c.Observe(vol, nil)
+	if len(c.pending) != 0 {
+		t.Errorf("pending = %v after the volume has no decision left", c.pending)
+	}
+}
+
+func newComparer(t *testing.T, listed bool) (*Comparer, *[]comparison, *time.Time) {
+	t.Helper()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	if listed {
+		node.Status.VolumesAttached = []v1.AttachedVolume{{Name: v1.UniqueVolumeName(vol)}}
+	}
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	if err := indexer.Add(node); err != nil {
+		t.Fatal(err)
+	}
+	var got []comparison
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	c := New(grace, corelisters.NewNodeLister(indexer), func(e Expectation, agreed bool) { got = append(got, comparison{e, agreed}) })
+	c.now = func() time.Time { return now }
+	return c, &got, &now
+}
