@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries the tests, the demo and the benchmark run, once, into a
-# cache outside the repository, and prints the directory that holds them.
-#   hack/build-tools.sh [kube-apiserver] [kube-controller-manager] [kubectl] [csi-attacher] [promtool]
+# cache outside the repository, and prints the path of each, one a line.
+#   hack/build-tools.sh [kube-apiserver] [kube-controller-manager] [kubectl] [csi-attacher] [promtool] [hollow-kubelet]
 # With no arguments it builds all of them. Set ADC_TOOLS_DIR to choose the cache.
 # Their versions are pinned in hack/tools/versions. Each build says on standard error
 # when it starts and how long it took; what is cached already is not built again.
+# hollow-kubelet is this repository's command in hack/tools/hollow-kubelet, the real
+# kubelet of k8s.io/kubernetes with a fake runtime; its cached name carries a hash of
+# its source and of hack/tools/go.mod and go.sum, so a change to either builds it anew.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,17 +34,29 @@ require_version() {
 # it starts and how long it took.
 build() {
 	local name=$1 version=$2 dir=$3 pkg=$4 ldflags=$5 out="$bin/$1-$2" began=$SECONDS
-	[ -x "$out" ] && return 0
-	echo "building $name $version (first time only; kube-apiserver takes longest, about half an hour on 2 cores)" >&2
+	if [ -x "$out" ]; then
+		echo "$out"
+		return 0
+	fi
+	echo "building $name $version (first time only; the first Kubernetes command built takes longest, about half an hour on 2 cores, and the others reuse most of its compiled packages)" >&2
 	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" -ldflags "$ldflags" "$pkg")
 	mv "$out.tmp" "$out"
 	local took=$((SECONDS - began))
 	echo "built $name $version in $((took / 60))m$((took % 60))s" >&2
+	echo "$out"
 }
 
 build_k8s() {
 	require_version "$here/tools" k8s.io/kubernetes "$KUBERNETES_VERSION"
 	build "$1" "$KUBERNETES_VERSION" "$here/tools" "k8s.io/kubernetes/cmd/$1" \
+		"-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor"
+}
+
+build_hollow_kubelet() {
+	require_version "$here/tools" k8s.io/kubernetes "$KUBERNETES_VERSION"
+	local sum
+	sum=$(cd "$here/tools" && cat hollow-kubelet/*.go go.mod go.sum | sha256sum | cut -c1-12)
+	build hollow-kubelet "$KUBERNETES_VERSION-$sum" "$here/tools" ./hollow-kubelet \
 		"-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor"
 }
 
@@ -57,10 +72,10 @@ build_promtool() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(kube-apiserver kube-controller-manager kubectl csi-attacher promtool)
+[ ${#targets[@]} -gt 0 ] || targets=(kube-apiserver kube-controller-manager kubectl csi-attacher promtool hollow-kubelet)
 for t in "${targets[@]}"; do
 	case "$t" in
-	kube-apiserver | kube-controller-manager | kubectl | csi-attacher | promtool) ;;
+	kube-apiserver | kube-controller-manager | kubectl | csi-attacher | promtool | hollow-kubelet) ;;
 	*) echo "unknown tool $t" >&2; exit 2 ;;
 	esac
 done
@@ -68,7 +83,7 @@ for t in "${targets[@]}"; do
 	case "$t" in
 	csi-attacher) build_attacher ;;
 	promtool) build_promtool ;;
+	hollow-kubelet) build_hollow_kubelet ;;
 	*) build_k8s "$t" ;;
 	esac
 done
-echo "$bin"

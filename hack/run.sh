@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs the attachdetach-controller for real; see `hack/run.sh --help`.
 #   Without KUBECONFIG: a local cluster (etcd, kube-apiserver, CSI test driver,
-#   csi-attacher, kubelet stand-in, the controller) and a demo, until Ctrl-C.
+#   csi-attacher, three hollow nodes running the real kubelet, the controller) and a
+#   demo, until Ctrl-C.
 #   With KUBECONFIG: the controller against that cluster, with leader election.
-# Builds what it needs on first use and caches it (the upstream tools take 35 to 70
-# minutes on 2 cores the first time; hack/build-tools.sh tells each build as it
-# starts and ends).
+# Builds what it needs on first use and caches it (the upstream tools and
+# hollow-kubelet take 45 to 90 minutes on 2 cores the first time; hack/build-tools.sh
+# tells each build as it starts and ends).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 

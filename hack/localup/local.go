@@ -21,23 +21,20 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
-// unmountDelay is how long the kubelet stand-in takes to unmount, long enough to see
-// the controller wait for it.
-const unmountDelay = time.Second
-
 // runLocal brings up a local cluster, plays the demo unless cfg.noDemo, and waits for
 // the end of ctx (Ctrl-C) unless cfg.once; then it stops everything. stop restores the
 // default signal handling, so that a second Ctrl-C ends the program at once.
 func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 	began := time.Now()
-	fmt.Println("Bringing up a local cluster: etcd, kube-apiserver, CSI driver, csi-attacher, kubelet stand-in, attachdetach-controller")
+	fmt.Println("Bringing up a local cluster: etcd, kube-apiserver, CSI driver, csi-attacher, three hollow nodes (the real kubelet, fake runtime and mounter), attachdetach-controller")
 	if err := ensureEtcd(ctx); err != nil {
 		return err
 	}
-	kubectl, err := prepareTools(ctx)
+	tools, err := prepareTools(ctx)
 	if err != nil {
 		return err
 	}
+	kubectl := tools[binaries.Kubectl]
 	step := time.Now()
 	controller, err := binaries.Controller(ctx)
 	if err != nil {
@@ -61,7 +58,8 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{
 		Dir:                dir,
-		UnmountDelay:       unmountDelay,
+		HollowNodes:        true,
+		HollowKubelet:      tools[binaries.HollowKubelet],
 		AttacherRetryStart: 200 * time.Millisecond,
 		AttacherRetryMax:   10 * time.Second,
 		Controller: controllerproc.Options{
@@ -77,7 +75,7 @@ func runLocal(ctx context.Context, stop context.CancelFunc, cfg config) error {
 		return err
 	}
 	defer func() {
-		fmt.Println("Stopping the controller, csi-attacher, the kubelet stand-in, the CSI driver, kube-apiserver and etcd")
+		fmt.Println("Stopping the controller, csi-attacher, the kubelets, the CSI driver, kube-apiserver and etcd")
 		if failed {
 			cluster.Env.KeepLogs()
 		}
@@ -130,32 +128,28 @@ func ensureEtcd(ctx context.Context) error {
 }
 
 // prepareTools builds the upstream binaries the cluster runs, unless they are cached,
-// and returns kubectl's path. hack/build-tools.sh tells each build as it starts and
-// ends.
-func prepareTools(ctx context.Context) (string, error) {
+// and returns their paths by name. hack/build-tools.sh tells each build as it starts
+// and ends.
+func prepareTools(ctx context.Context) (map[string]string, error) {
 	began := time.Now()
 	versions, err := binaries.ReadVersions()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	fmt.Printf("Tools kube-apiserver and kubectl %s, csi-attacher %s: built by hack/build-tools.sh unless cached (the first build takes 35 to 70 minutes on 2 cores)\n",
+	fmt.Printf("Tools kube-apiserver, kubectl and hollow-kubelet %s, csi-attacher %s: built by hack/build-tools.sh unless cached (the first build takes 45 to 90 minutes on 2 cores)\n",
 		versions.Kubernetes, versions.ExternalAttacher)
-	var kubectl string
-	for _, name := range []string{binaries.KubeAPIServer, binaries.Kubectl, binaries.CSIAttacher} {
-		path, err := binaries.Tool(ctx, name)
-		if err != nil {
-			return "", err
-		}
-		if name == binaries.Kubectl {
-			kubectl = path
+	tools := map[string]string{}
+	for _, name := range []string{binaries.KubeAPIServer, binaries.Kubectl, binaries.CSIAttacher, binaries.HollowKubelet} {
+		if tools[name], err = binaries.Tool(ctx, name); err != nil {
+			return nil, err
 		}
 	}
-	fmt.Printf("Tools ready (%s) in %s\n", since(began), filepath.Dir(kubectl))
-	return kubectl, nil
+	fmt.Printf("Tools ready (%s) in %s\n", since(began), filepath.Dir(tools[binaries.Kubectl]))
+	return tools, nil
 }
 
-// logToFile sends this program's own log (the CSI calls, the kubelet stand-in's
-// errors) to a file; errors still go to stderr too.
+// logToFile sends this program's own log (the CSI calls, the driver's registrations
+// with kubelet) to a file; errors still go to stderr too.
 func logToFile(path string) error {
 	f, err := os.Create(path)
 	if err != nil {

@@ -3,8 +3,9 @@
 //
 // Without KUBECONFIG in the environment it brings up, on this machine, etcd and
 // kube-apiserver on loopback, the CSI test driver on a unix socket, the CSI
-// external-attacher, a kubelet stand-in for three nodes and the controller built from
-// this repository, plays a demo, and keeps everything running until Ctrl-C. With
+// external-attacher, three hollow nodes (the real kubelet with a fake container
+// runtime and mounter, hack/tools/hollow-kubelet) and the controller built from this
+// repository, plays a demo, and keeps everything running until Ctrl-C. With
 // KUBECONFIG set it runs the controller against that cluster, with leader election.
 package main
 
@@ -25,19 +26,20 @@ const usage = `Usage: hack/run.sh [flags] [-- controller flags]
 
 Without KUBECONFIG in the environment (or with --local), brings up on this machine
 etcd and kube-apiserver on loopback, the CSI test driver, the CSI external-attacher
-(csi-attacher), a kubelet stand-in for nodes node-1..node-3 and the
-attachdetach-controller built from this repository; plays a demo that attaches,
-refuses, moves and detaches volumes, telling each step; prints an
+(csi-attacher), nodes node-1..node-3 each run by the real kubelet with a fake
+container runtime and mounter (a hollow node), and the attachdetach-controller built
+from this repository; plays a demo that attaches, refuses, moves and detaches
+volumes while kubelet stages, publishes and runs the pods, telling each step; prints an
 'export KUBECONFIG=...' line and commands to try; and keeps running until Ctrl-C,
 which stops every process it started and removes its files.
 
 With KUBECONFIG set, runs the controller against that cluster with leader election
 (Lease kube-system/attachdetach-controller), logging what it does, until Ctrl-C.
 
-What it needs it builds or installs once and caches: kube-apiserver, kubectl and
-csi-attacher (hack/build-tools.sh, which tells each build as it starts and ends; the
-first build takes 35 to 70 minutes on 2 cores), the controller (go build), and etcd
-(apt-get install etcd-server, when running as root).
+What it needs it builds or installs once and caches: kube-apiserver, kubectl,
+csi-attacher and hollow-kubelet (hack/build-tools.sh, which tells each build as it
+starts and ends; the first build takes 45 to 90 minutes on 2 cores), the controller
+(go build), and etcd (apt-get install etcd-server, when running as root).
 
 Flags after -- go to the controller (see its --help).
 

@@ -28,6 +28,9 @@ const (
 	Kubectl               = "kubectl"
 	CSIAttacher           = "csi-attacher"
 	Promtool              = "promtool"
+	// HollowKubelet is hack/tools/hollow-kubelet: the real kubelet of
+	// KUBERNETES_VERSION with a fake container runtime and mounter.
+	HollowKubelet = "hollow-kubelet"
 )
 
 const (
@@ -79,23 +82,12 @@ var ReadVersions = sync.OnceValues(func() (Versions, error) {
 var toolPaths sync.Map
 
 // Tool returns the path of an upstream tool (KubeAPIServer, KubeControllerManager,
-// Kubectl, CSIAttacher or Promtool) at its pinned version, building it on first use through
-// hack/build-tools.sh, whose progress (each tool as its build starts and ends, with
-// the time it took) goes to standard error.
+// Kubectl, CSIAttacher, Promtool or HollowKubelet) at its pinned version, building it
+// on first use through hack/build-tools.sh, whose progress (each tool as its build
+// starts and ends, with the time it took) goes to standard error.
 func Tool(ctx context.Context, name string) (string, error) {
 	if p, ok := toolPaths.Load(name); ok {
 		return p.(string), nil
-	}
-	versions, err := ReadVersions()
-	if err != nil {
-		return "", err
-	}
-	file := name + "-" + versions.Kubernetes
-	switch name {
-	case CSIAttacher:
-		file = name + "-" + versions.ExternalAttacher
-	case Promtool:
-		file = name + "-" + versions.Prometheus
 	}
 	root, cache, err := dirs()
 	if err != nil {
@@ -113,8 +105,9 @@ func Tool(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("building %s with %s: %w", name, buildScript, err)
 	}
+	// The script prints the path of each tool it was asked for, one a line.
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	path := filepath.Join(strings.TrimSpace(lines[len(lines)-1]), file)
+	path := strings.TrimSpace(lines[len(lines)-1])
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("%s did not produce %s: %w", buildScript, path, err)
 	}

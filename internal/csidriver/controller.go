@@ -92,7 +92,10 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 func (s *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (resp *csi.ControllerUnpublishVolumeResponse, err error) {
 	volumeID, nodeID := req.GetVolumeId(), req.GetNodeId()
 	d := s.driver
-	defer func() { d.record(OpUnpublish, volumeID, nodeID, status.Code(err)) }()
+	stillStaged := false
+	defer func() {
+		d.recordCall(Call{Operation: OpUnpublish, VolumeID: volumeID, NodeID: nodeID, Code: status.Code(err), StillStaged: stillStaged})
+	}()
 
 	if volumeID == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
@@ -107,7 +110,9 @@ func (s *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		klog.FromContext(ctx).V(2).Info("Injecting fault", "operation", OpUnpublish, "volumeID", volumeID, "code", f.Code)
 		return nil, status.Error(f.Code, f.Message)
 	}
+	_, stillStaged = d.staged[volumeID][nodeID]
 	if nodeID == "" {
+		stillStaged = len(d.staged[volumeID]) > 0
 		delete(d.published, volumeID)
 	} else if nodes, ok := d.published[volumeID]; ok {
 		delete(nodes, nodeID)

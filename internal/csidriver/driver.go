@@ -2,6 +2,13 @@
 // the Identity service and the attach half of the Controller service
 // (ControllerPublishVolume / ControllerUnpublishVolume), remembers which volume is
 // published on which node, and can be told at run time to fail or to be slow.
+//
+// With ServeNode it also plays the driver's node plugin for one kubelet: the Node
+// service (NodeGetInfo, NodeGetCapabilities with STAGE_UNSTAGE_VOLUME, NodeStage,
+// NodePublish, NodeUnpublish, NodeUnstage) on a socket of its own, registered with
+// kubelet through the plugin registration directory the way node-driver-registrar
+// does. Every Controller and Node call is recorded in one log, in the order the
+// driver saw them, with the publish context kubelet passed.
 package csidriver
 
 import (
@@ -16,13 +23,18 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// Operation names a Controller RPC whose calls are recorded and can be made to fail.
+// Operation names an RPC whose calls are recorded. Controller operations can be made
+// to fail.
 type Operation string
 
-// The operations the driver implements.
+// The operations the driver records.
 const (
-	OpPublish   Operation = "ControllerPublishVolume"
-	OpUnpublish Operation = "ControllerUnpublishVolume"
+	OpPublish       Operation = "ControllerPublishVolume"
+	OpUnpublish     Operation = "ControllerUnpublishVolume"
+	OpNodeStage     Operation = "NodeStageVolume"
+	OpNodePublish   Operation = "NodePublishVolume"
+	OpNodeUnpublish Operation = "NodeUnpublishVolume"
+	OpNodeUnstage   Operation = "NodeUnstageVolume"
 )
 
 // Fault makes calls of one operation on one volume fail with a gRPC status.
@@ -33,13 +45,22 @@ type Fault struct {
 	Count int
 }
 
-// Call is one recorded ControllerPublishVolume or ControllerUnpublishVolume call.
+// Call is one recorded call. NodeID is the request's node for a Controller call and
+// the serving node plugin's for a Node call.
 type Call struct {
 	Operation Operation
 	VolumeID  string
 	NodeID    string
-	Code      codes.Code
-	Time      time.Time
+	// PublishContext is what NodeStageVolume and NodePublishVolume were given: the
+	// VolumeAttachment's status.attachmentMetadata, as kubelet read it.
+	PublishContext map[string]string
+	// StagingPath and TargetPath are the Node calls' paths.
+	StagingPath, TargetPath string
+	// StillStaged tells, for a ControllerUnpublishVolume, that a node plugin still
+	// had the volume staged on that node: a detach from under a mounted volume.
+	StillStaged bool
+	Code        codes.Code
+	Time        time.Time
 }
 
 // Conflict is a ControllerPublishVolume refused because the volume, not published with
@@ -72,6 +93,10 @@ type Driver struct {
 	delay     time.Duration
 	faults    map[faultKey]*Fault
 	published map[string]map[string]publication // volume ID -> node ID
+	// staged and mounted are the node plugins' state: volume ID -> node ID -> the
+	// staging path, and -> the set of target paths.
+	staged    map[string]map[string]string
+	mounted   map[string]map[string]map[string]bool
 	calls     []Call
 	conflicts []Conflict
 }
@@ -83,6 +108,8 @@ func New(name string) *Driver {
 		version:   "0.1.0",
 		faults:    map[faultKey]*Fault{},
 		published: map[string]map[string]publication{},
+		staged:    map[string]map[string]string{},
+		mounted:   map[string]map[string]map[string]bool{},
 	}
 }
 
@@ -159,8 +186,7 @@ func (d *Driver) Published() map[string][]string {
 	return out
 }
 
-// Calls returns the recorded ControllerPublishVolume and ControllerUnpublishVolume
-// calls, oldest first.
+// Calls returns the recorded calls, oldest first.
 func (d *Driver) Calls() []Call {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -214,7 +240,13 @@ func (d *Driver) takeFaultLocked(op Operation, volumeID string) (Fault, bool) {
 }
 
 func (d *Driver) record(op Operation, volumeID, nodeID string, code codes.Code) {
+	d.recordCall(Call{Operation: op, VolumeID: volumeID, NodeID: nodeID, Code: code})
+}
+
+// recordCall appends c to the log, stamped with the time.
+func (d *Driver) recordCall(c Call) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.calls = append(d.calls, Call{Operation: op, VolumeID: volumeID, NodeID: nodeID, Code: code, Time: time.Now()})
+	c.Time = time.Now()
+	d.calls = append(d.calls, c)
 }

@@ -39,8 +39,17 @@ type Server struct {
 }
 
 // Serve listens on the unix socket of endpoint, replacing a stale socket file, and
-// serves d there in the background until Stop. ctx carries the logger of the calls.
+// serves d's Identity and Controller services there in the background until Stop.
+// ctx carries the logger of the calls.
 func Serve(ctx context.Context, d *Driver, endpoint string) (*Server, error) {
+	logger := klog.FromContext(ctx).WithValues("driver", d.Name())
+	return serve(logger, endpoint, "CSI driver", d.Register)
+}
+
+// serve listens on the unix socket of endpoint, replacing a stale socket file, and
+// serves the gRPC services register adds, logging every call, until Stop. what says
+// what is served, in logs and errors.
+func serve(logger klog.Logger, endpoint, what string, register func(*grpc.Server)) (*Server, error) {
 	path, err := SocketPath(endpoint)
 	if err != nil {
 		return nil, err
@@ -52,20 +61,20 @@ func Serve(ctx context.Context, d *Driver, endpoint string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	logger := klog.FromContext(ctx).WithValues("driver", d.Name(), "endpoint", path)
+	logger = logger.WithValues("endpoint", path)
 	s := &Server{
 		path: path,
 		grpc: grpc.NewServer(grpc.ChainUnaryInterceptor(logCalls(logger))),
 		done: make(chan struct{}),
 	}
-	d.Register(s.grpc)
+	register(s.grpc)
 	go func() {
 		defer close(s.done)
 		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.err = fmt.Errorf("serve CSI driver on %s: %w", path, err)
+			s.err = fmt.Errorf("serve %s on %s: %w", what, path, err)
 		}
 	}()
-	logger.Info("Serving CSI driver")
+	logger.Info("Serving " + what)
 	return s, nil
 }
 

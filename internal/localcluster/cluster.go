@@ -2,7 +2,9 @@
 // controller works with: etcd and kube-apiserver (internal/testenv), the in-memory CSI
 // test driver on a unix socket (internal/csidriver), the real CSI external-attacher
 // (internal/externalattacher) running as a ServiceAccount with upstream's permissions,
-// a kubelet stand-in for a few nodes (internal/sim), and the attachdetach-controller
+// for a few nodes either the real kubelet with a fake container runtime and mounter
+// (internal/hollownode, with the driver's node plugin registered to each) or a
+// kubelet stand-in (internal/sim), and the attachdetach-controller
 // built from this repository as a child process (internal/controllerproc). The local
 // demo (hack/localup) and the end-to-end suite (test/e2e) both use it.
 package localcluster
@@ -26,6 +28,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/externalattacher"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
@@ -49,12 +52,29 @@ type Options struct {
 	// of csi-attacher and the controller. Empty: a new temporary directory (and the
 	// control plane's files, when the cluster starts its own), which Stop removes.
 	Dir string
-	// Nodes are the names of the nodes the kubelet stand-in runs; DefaultNodes if empty.
+	// Nodes are the names of the nodes; DefaultNodes if empty.
 	Nodes []string
+	// HollowNodes runs every node with the real kubelet (hack/tools/hollow-kubelet)
+	// instead of the kubelet stand-in: kubelet registers the Node, the driver's node
+	// plugin registers with it, and pods really run (on a fake runtime) once kubelet
+	// has staged and published their volumes.
+	HollowNodes bool
+	// HollowKubelet is the hollow-kubelet executable; built on first use if empty.
+	HollowKubelet string
+	// NodeStatusUpdateFrequency and NodeLeaseDuration configure the hollow kubelets
+	// (see hollownode.Options); 0 keeps kubelet's 10s and 40s.
+	NodeStatusUpdateFrequency, NodeLeaseDuration time.Duration
+	// NodeMonitorGracePeriod, if set, runs kube-controller-manager's node lifecycle
+	// controller alone, with this --node-monitor-grace-period: a node whose kubelet
+	// stops goes NotReady. It judges every node of the control plane.
+	NodeMonitorGracePeriod time.Duration
+	// KubeControllerManager is the kube-controller-manager executable for
+	// NodeMonitorGracePeriod; built on first use if empty.
+	KubeControllerManager string
 	// DriverName is the CSI driver's name; DefaultDriverName if empty.
 	DriverName string
 	// UnmountDelay is how long the kubelet stand-in takes to unmount a volume a pod
-	// no longer needs.
+	// no longer needs; hollow nodes ignore it.
 	UnmountDelay time.Duration
 	// AttacherTimeout bounds each ControllerPublish/Unpublish call (csi-attacher's
 	// --timeout); 0 keeps csi-attacher's 15s.
@@ -79,7 +99,7 @@ type Cluster struct {
 	Dir string
 	// Kubeconfig is the path of an admin kubeconfig (the control plane's).
 	Kubeconfig string
-	// DriverName is the CSI driver's name; Nodes the simulated nodes.
+	// DriverName is the CSI driver's name; Nodes the nodes.
 	DriverName string
 	Nodes      []string
 	// Driver is the CSI driver, served in this process: its recorded calls, what it
@@ -87,9 +107,18 @@ type Cluster struct {
 	Driver   *csidriver.Driver
 	Server   *csidriver.Server
 	Attacher *externalattacher.Attacher
-	Kubelet  *sim.Kubelet
+	// Kubelet is the kubelet stand-in; nil with Options.HollowNodes.
+	Kubelet *sim.Kubelet
+	// Hollow are the hollow nodes by name; nil without Options.HollowNodes.
+	Hollow map[string]*HollowNode
+	// NodeStatusUpdateFrequency is the hollow kubelets' node status period, 0 for
+	// kubelet's default.
+	NodeStatusUpdateFrequency time.Duration
 	// Controller is the attachdetach-controller process.
 	Controller *controllerproc.Controller
+	// NodeLifecycle is kube-controller-manager running the node lifecycle
+	// controller; nil without Options.NodeMonitorGracePeriod.
+	NodeLifecycle *proc.Process
 
 	ownEnv, ownDir bool
 	// stopBackground ends the kubelet stand-in.
@@ -97,8 +126,9 @@ type Cluster struct {
 }
 
 // Start brings up a cluster: the control plane (unless opts.Env is given), the CSI
-// driver, csi-attacher, the CSIDriver object, the nodes with their CSINodes and the
-// kubelet stand-in, and the controller, which it waits for until its state is rebuilt.
+// driver, csi-attacher, the CSIDriver object, the nodes (hollow kubelets, waited for
+// until Ready with the driver registered, or the kubelet stand-in with the CSINodes
+// made for it), and the controller, which it waits for until its state is rebuilt.
 // The tools and the controller are built on first use (see internal/binaries). On
 // error everything started is stopped again.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
@@ -108,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.DriverName == "" {
 		opts.DriverName = DefaultDriverName
 	}
-	c := &Cluster{Dir: opts.Dir, DriverName: opts.DriverName, Nodes: opts.Nodes, Env: opts.Env}
+	c := &Cluster{Dir: opts.Dir, DriverName: opts.DriverName, Nodes: opts.Nodes, Env: opts.Env, NodeStatusUpdateFrequency: opts.NodeStatusUpdateFrequency}
 	if c.Dir == "" {
 		dir, err := testenv.TempDir("attachdetach-local-")
 		if err != nil {
@@ -160,18 +190,37 @@ func (c *Cluster) start(ctx, background context.Context, opts Options) error {
 	}
 	progress("csi-attacher %s running as ServiceAccount %s/%s (pid %d)", versions.ExternalAttacher, attacherNamespace, attacherAccount, c.Attacher.Pid())
 
-	if err := c.createDriverAndNodes(ctx); err != nil {
+	if err := c.createDriver(ctx); err != nil {
 		return err
 	}
-	if c.Kubelet, err = sim.StartKubelet(background, c.Env.AdminConfig(), sim.KubeletOptions{
-		Nodes:        c.Nodes,
-		CreateNodes:  true,
-		ManagePods:   true,
-		UnmountDelay: opts.UnmountDelay,
-	}); err != nil {
-		return fmt.Errorf("starting the kubelet stand-in: %w", err)
+	if opts.HollowNodes {
+		began := time.Now()
+		if err := c.startHollowNodes(ctx, opts); err != nil {
+			return err
+		}
+		progress("kubelet %s (hollow: fake runtime and mounter) Ready on nodes %s, driver registered (%s)",
+			versions.Kubernetes, strings.Join(c.Nodes, ", "), roundDuration(time.Since(began)))
+	} else {
+		if err := c.createCSINodes(ctx); err != nil {
+			return err
+		}
+		if c.Kubelet, err = sim.StartKubelet(background, c.Env.AdminConfig(), sim.KubeletOptions{
+			Nodes:        c.Nodes,
+			CreateNodes:  true,
+			ManagePods:   true,
+			UnmountDelay: opts.UnmountDelay,
+		}); err != nil {
+			return fmt.Errorf("starting the kubelet stand-in: %w", err)
+		}
+		progress("kubelet stand-in running nodes %s", strings.Join(c.Nodes, ", "))
 	}
-	progress("kubelet stand-in running nodes %s", strings.Join(c.Nodes, ", "))
+
+	if opts.NodeMonitorGracePeriod > 0 {
+		if err := c.startNodeLifecycle(ctx, opts.KubeControllerManager, opts.NodeMonitorGracePeriod); err != nil {
+			return err
+		}
+		progress("kube-controller-manager %s running its node lifecycle controller alone (pid %d)", versions.Kubernetes, c.NodeLifecycle.Pid())
+	}
 
 	ctrlOpts := opts.Controller
 	ctrlOpts.Kubeconfig = c.Kubeconfig
@@ -214,10 +263,8 @@ func (c *Cluster) startAttacher(ctx context.Context, opts Options) error {
 	return err
 }
 
-// createDriverAndNodes creates the CSIDriver object (attach required) and, for every
-// node, the CSINode that maps it to its driver node ID, as kubelet does when the
-// driver registers. The kubelet stand-in creates the Node objects.
-func (c *Cluster) createDriverAndNodes(ctx context.Context) error {
+// createDriver creates the CSIDriver object, attach required.
+func (c *Cluster) createDriver(ctx context.Context) error {
 	attachRequired := true
 	driver := &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: c.DriverName},
@@ -226,6 +273,13 @@ func (c *Cluster) createDriverAndNodes(ctx context.Context) error {
 	if _, err := c.Client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating CSIDriver %s: %w", c.DriverName, err)
 	}
+	return nil
+}
+
+// createCSINodes creates, for every node, the CSINode that maps it to its driver
+// node ID, as kubelet does when the driver registers; for the kubelet stand-in,
+// which creates the Node objects but registers no driver.
+func (c *Cluster) createCSINodes(ctx context.Context) error {
 	for _, node := range c.Nodes {
 		if _, err := externalattacher.EnsureCSINode(ctx, c.Client, node, c.DriverName, c.NodeID(node)); err != nil {
 			return err
@@ -244,12 +298,18 @@ func (c *Cluster) NodeID(node string) string {
 func (c *Cluster) Stop() {
 	if c.Controller != nil {
 		if err := c.Controller.Stop(); err != nil {
-			klog.Background().Error(err, "Stopping the controller")
+			logError(err, "Stopping the controller")
 		}
 	}
 	if c.Attacher != nil {
 		c.Attacher.Stop()
 	}
+	if c.NodeLifecycle != nil {
+		if err := c.NodeLifecycle.Stop(lifecycleStopGrace); err != nil {
+			logError(err, "Stopping kube-controller-manager")
+		}
+	}
+	c.stopHollowNodes()
 	c.stopBackground()
 	if c.Server != nil {
 		c.Server.Stop()
@@ -259,7 +319,7 @@ func (c *Cluster) Stop() {
 	}
 	if c.ownDir {
 		if err := os.RemoveAll(c.Dir); err != nil {
-			klog.Background().Error(err, "Removing the cluster directory", "dir", c.Dir)
+			logError(err, "Removing the cluster directory", "dir", c.Dir)
 		}
 	}
 }
@@ -276,7 +336,20 @@ func (c *Cluster) LogFiles() []string {
 	if c.Controller != nil {
 		logs = append(logs, c.Controller.LogFile())
 	}
+	if c.NodeLifecycle != nil {
+		logs = append(logs, c.NodeLifecycle.LogPath())
+	}
+	for _, name := range c.Nodes {
+		if h := c.Hollow[name]; h != nil {
+			logs = append(logs, h.LogFile())
+		}
+	}
 	return logs
+}
+
+// logError logs an error of Stop, which has nobody to return it to.
+func logError(err error, msg string, keysAndValues ...any) {
+	klog.Background().Error(err, msg, keysAndValues...)
 }
 
 func roundDuration(d time.Duration) time.Duration {

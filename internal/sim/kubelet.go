@@ -51,7 +51,28 @@ type KubeletOptions struct {
 
 // Kubelet simulates kubelet's side of controller-managed attach/detach on a set of
 // nodes: it keeps each node's Ready condition and status.volumesInUse the way kubelet
-// does, patching node status only when something changed.
+// does, patching node status only when something changed. A pod runs once its
+// volumes are attached and listed in use, as with the real kubelet.
+//
+// Where it differs from the real kubelet, as the hollow-node cases of test/e2e
+// (kubelet_test.go, on kubelet v1.37.1) show:
+//   - Timing of volumesInUse. The simulator writes a change at once (a volume released
+//     after UnmountDelay); kubelet only at its node status writes, every
+//     nodeStatusUpdateFrequency (10 s by default), so a new volume is reported, and
+//     then staged, up to a period after its pod appeared, and an unstaged volume leaves
+//     volumesInUse up to a period after NodeUnstageVolume; meanwhile the pod object is
+//     already gone (TestKubeletMountsOnlyAttached).
+//   - What it skips. It has no CSI node side: no CSINode or node ID annotation (the
+//     local cluster makes CSINodes), no NodeStage/NodePublish with the
+//     VolumeAttachment's attachmentMetadata, no plugin registration to wait for.
+//   - Restarts. A simulator started on existing nodes takes over their volumesInUse;
+//     a restarted kubelet keeps its last volumesInUse until its volume manager has
+//     rebuilt its state from the pod directories, then stages and publishes every
+//     mounted volume again (TestKubeletRestartKeepsMountedVolume).
+//   - A dead node. SetReady(false) reports Ready False as a live kubelet would; a
+//     stopped kubelet reports nothing, and it is the node lifecycle controller that
+//     sets Ready Unknown, a grace period after the last lease renewal
+//     (TestKubeletDeadNodeForceDetach).
 type Kubelet struct {
 	client     kubernetes.Interface
 	opts       KubeletOptions

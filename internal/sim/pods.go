@@ -21,9 +21,12 @@ type nodePod struct {
 
 // syncPods plays kubelet's pod lifecycle for the pods on a node (KubeletOptions.ManagePods).
 func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePod, now time.Time) error {
-	attached := map[string]bool{}
+	attached, inUse := map[string]bool{}, map[string]bool{}
 	for _, av := range node.Status.VolumesAttached {
 		attached[string(av.Name)] = true
+	}
+	for _, vol := range node.Status.VolumesInUse {
+		inUse[string(vol)] = true
 	}
 	for _, p := range pods {
 		pod := p.pod
@@ -38,7 +41,7 @@ func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePo
 			if err := k.finishDeletion(ctx, node.Name, p, now); err != nil {
 				return err
 			}
-		case pod.Status.Phase != corev1.PodRunning && k.volumesReady(p, attached):
+		case pod.Status.Phase != corev1.PodRunning && k.volumesReady(p, attached, inUse):
 			if err := k.patchPodStatus(ctx, pod, runningStatus(pod, now)); err != nil {
 				return err
 			}
@@ -47,14 +50,16 @@ func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePo
 	return nil
 }
 
-// volumesReady tells whether all of a pod's volumes are resolved and attached, or
-// belong to a driver that needs no attaching.
-func (k *Kubelet) volumesReady(p nodePod, attached map[string]bool) bool {
+// volumesReady tells whether all of a pod's volumes are resolved, and attached and
+// reported in use by the node's status, or belong to a driver that needs no
+// attaching: kubelet mounts a volume only once a node status write of its own has
+// listed it in volumesInUse (TestKubeletMountsOnlyAttached in test/e2e).
+func (k *Kubelet) volumesReady(p nodePod, attached, inUse map[string]bool) bool {
 	if p.unresolved > 0 {
 		return false
 	}
 	for _, v := range p.vols {
-		if !attached[v.uniqueName()] && (v.driver == "" || k.attachRequired(v.driver)) {
+		if (!attached[v.uniqueName()] || !inUse[v.uniqueName()]) && (v.driver == "" || k.attachRequired(v.driver)) {
 			return false
 		}
 	}

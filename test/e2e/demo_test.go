@@ -3,16 +3,15 @@ package e2e
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster/demo"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 )
 
-// TestDemo plays hack/run.sh's demo to the end, so that it cannot rot.
+// TestDemo plays hack/run.sh's demo to the end on hollow nodes, so that it cannot rot.
 func TestDemo(t *testing.T) {
-	c := newCluster(t, clusterOptions{nodes: 3, unmountDelay: 200 * time.Millisecond})
+	c := newCluster(t, clusterOptions{nodes: 3, hollow: true})
 	var out strings.Builder
 	err := demo.Run(t.Context(), c.local, &out, demo.Options{Namespace: c.Namespace, Kubectl: env.Tool(binaries.Kubectl), StepTimeout: suite.WaitTimeout})
 	t.Logf("demo output:\n%s", out.String())
@@ -21,8 +20,10 @@ func TestDemo(t *testing.T) {
 	}
 	for _, want := range []string{
 		`Waiting for detach for volume "` + c.Namespace + `-data" Volume is already used by pod(s) app-1`,
+		"kubelet called NodeStageVolume",
 		"$ kubectl events --for pod/app-2 -n " + c.Namespace,
 		"LAST SEEN",
+		"pod reader-3 is Running",
 		"== Done",
 	} {
 		if !strings.Contains(out.String(), want) {

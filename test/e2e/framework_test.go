@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster"
@@ -27,7 +28,23 @@ type cluster struct {
 type clusterOptions struct {
 	nodes        int
 	unmountDelay time.Duration
+	// hollow runs the nodes with the real kubelet instead of the stand-in.
+	hollow bool
+	// controllerArgs are more flags for the controller.
+	controllerArgs []string
+	// nodeMonitorGracePeriod, if set, runs kube-controller-manager's node lifecycle
+	// controller with it.
+	nodeMonitorGracePeriod time.Duration
 }
+
+// Hollow kubelets' timing in the suite: node status every 2s instead of 10s (kubelet
+// mounts a volume only once a status write has listed it in volumesInUse, so this is
+// how long each mount waits), and an 8s lease renewed every 2s, which a 10s
+// node-monitor grace period of the node lifecycle controller tolerates.
+const (
+	hollowStatusPeriod  = 2 * time.Second
+	hollowLeaseDuration = 8 * time.Second
+)
 
 func newCluster(t *testing.T, opts clusterOptions) *cluster {
 	t.Helper()
@@ -35,6 +52,10 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		opts.nodes = 2
 	}
 	_, ctx := ktesting.NewTestContext(t)
+	if opts.hollow {
+		// Started first, the checker's clean-up runs last, after the cluster stopped.
+		suite.StartChecker(t, env.Env)
+	}
 	id := rand.String(5)
 	var nodes []string
 	for i := range opts.nodes {
@@ -49,7 +70,14 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		AttacherTimeout:    10 * time.Second,
 		AttacherRetryStart: 100 * time.Millisecond,
 		AttacherRetryMax:   2 * time.Second,
-		Controller:         controllerproc.Options{Binary: env.Controller},
+		Controller:         controllerproc.Options{Binary: env.Controller, Args: opts.controllerArgs},
+
+		HollowNodes:               opts.hollow,
+		HollowKubelet:             hollowKubelet(opts.hollow),
+		NodeStatusUpdateFrequency: hollowStatusPeriod,
+		NodeLeaseDuration:         hollowLeaseDuration,
+		NodeMonitorGracePeriod:    opts.nodeMonitorGracePeriod,
+		KubeControllerManager:     env.Tool(binaries.KubeControllerManager),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +107,20 @@ func (c *cluster) cleanup() {
 	if t.Failed() {
 		t.Logf("controller log tail:\n%s", lc.Controller.LogTail(80))
 		t.Logf("csi-attacher log tail:\n%s", lc.Attacher.LogTail(40))
+		for _, name := range lc.Nodes {
+			if h := lc.Hollow[name]; h != nil {
+				t.Logf("kubelet of %s log tail:\n%s", name, h.LogTail(40))
+			}
+		}
 	}
+}
+
+// hollowKubelet is the suite's hollow-kubelet when the cluster has hollow nodes.
+func hollowKubelet(hollow bool) string {
+	if !hollow {
+		return ""
+	}
+	return env.Tool(binaries.HollowKubelet)
 }
 
 // nodeID is the ID the driver knows a node by.

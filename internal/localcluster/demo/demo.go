@@ -1,12 +1,16 @@
-// Package demo plays a short story on a local cluster and tells what happens at each
-// step, as seen through the API server and by the CSI driver: a pod's
-// ReadWriteOnce volume attached through a VolumeAttachment, csi-attacher and
-// ControllerPublishVolume; a second pod on another node kept waiting with a "Waiting for detach"
-// event (shown with the real kubectl); the volume moving once the first pod is gone;
-// a ReadWriteMany volume on every node; and everything detached at the end.
+// Package demo plays a short story on a local cluster of hollow nodes (the real
+// kubelet with a fake container runtime and mounter) and tells what happens at each
+// step, as seen through the API server and by the CSI driver: a pod's ReadWriteOnce
+// volume attached through a VolumeAttachment, csi-attacher and
+// ControllerPublishVolume, then staged and published by kubelet, and the pod Running;
+// a second pod on another node kept waiting with a "Waiting for detach" event (shown
+// with the real kubectl); the volume moving once the first pod is gone and kubelet has
+// unpublished and unstaged it; a ReadWriteMany volume on every node; and everything
+// detached at the end.
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,10 +19,12 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/kubectl"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/localcluster"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
@@ -36,6 +42,9 @@ const pollInterval = 20 * time.Millisecond
 
 // failedAttachEvent starts a FailedAttachVolume event as workload.PodEvents has it.
 const failedAttachEvent = "Warning FailedAttachVolume "
+
+// kubeletStatusPeriod is kubelet's default nodeStatusUpdateFrequency.
+const kubeletStatusPeriod = 10 * time.Second
 
 // Options configures the demo.
 type Options struct {
@@ -75,8 +84,8 @@ func Run(ctx context.Context, c *localcluster.Cluster, out io.Writer, opts Optio
 	if opts.Kubectl == "" {
 		return errors.New("demo: the kubectl executable is required")
 	}
-	if len(c.Nodes) < 2 {
-		return fmt.Errorf("demo: needs at least two nodes, the cluster has %d", len(c.Nodes))
+	if len(c.Nodes) < 2 || c.Hollow == nil {
+		return fmt.Errorf("demo: needs at least two hollow nodes, the cluster has %d nodes, hollow: %t", len(c.Nodes), c.Hollow != nil)
 	}
 	d := &demo{
 		c:     c,
@@ -110,7 +119,8 @@ func (d *demo) setScene(ctx context.Context) (scene, error) {
 	d.section("The cluster")
 	d.say("CSIDriver %s: attachRequired true; csi-attacher handles its VolumeAttachments", c.DriverName)
 	for _, node := range c.Nodes {
-		d.say("node %s: Ready, %s=true, CSINode maps it to driver node ID %s", node, sim.ControllerManagedAnnotation, c.NodeID(node))
+		d.say("node %s: its kubelet registered it Ready with %s=true; the driver's node plugin registered with kubelet, and the CSINode maps the node to driver node ID %s",
+			node, sim.ControllerManagedAnnotation, c.NodeID(node))
 	}
 	if err := d.w.CreateNamespace(ctx); err != nil {
 		return scene{}, err
@@ -141,18 +151,18 @@ func (d *demo) attach(ctx context.Context, s scene) error {
 // followAttach tells the steps of attaching v to node for pod.
 func (d *demo) followAttach(ctx context.Context, pod string, v workload.Volume, node string) error {
 	name := shortName(v.AttachmentName(node))
-	steps := []struct {
-		what string
-		cond func(context.Context) (bool, error)
-	}{
+	steps := []step{
 		{fmt.Sprintf("the controller created VolumeAttachment %s (%s on %s)", name, v.PV, node), d.attachmentExists(v, node)},
 		{fmt.Sprintf("csi-attacher called ControllerPublishVolume(%s, %s): the driver published it", v.Handle, d.c.NodeID(node)), d.published(v, node)},
 		{fmt.Sprintf("csi-attacher set status.attached=true on VolumeAttachment %s", name), d.attachmentAttached(v, node)},
 		{fmt.Sprintf("the controller added %s to %s's status.volumesAttached", v.UniqueName(), node), d.nodeAttached(v, node, true)},
-		{fmt.Sprintf("the kubelet stand-in saw it attached: pod %s is Running", pod), d.podRunning(pod)},
+		{fmt.Sprintf("kubelet listed it in %s's status.volumesInUse (at its next node status write, every %s)", node, d.statusPeriod()), d.nodeInUse(v, node, true)},
+		{fmt.Sprintf("kubelet called NodeStageVolume(%s) with the VolumeAttachment's attachmentMetadata as publish context", v.Handle), d.nodeCalled(csidriver.OpNodeStage, v, node)},
+		{fmt.Sprintf("kubelet called NodePublishVolume(%s) into the pod's directory", v.Handle), d.nodeCalled(csidriver.OpNodePublish, v, node)},
+		{fmt.Sprintf("kubelet started the pod's containers: pod %s is Running", pod), d.podRunning(pod)},
 	}
-	for _, step := range steps {
-		if err := d.await(ctx, step.what, step.cond); err != nil {
+	for _, st := range steps {
+		if err := d.await(ctx, st.what, st.cond); err != nil {
 			return err
 		}
 	}
@@ -199,17 +209,16 @@ func (d *demo) move(ctx context.Context, s scene) error {
 	d.say("pod app-1 deleted")
 	name := shortName(s.rwo.AttachmentName(s.first))
 	finalizer := sim.AttacherFinalizer(d.c.DriverName)
-	steps := []struct {
-		what string
-		cond func(context.Context) (bool, error)
-	}{
-		{fmt.Sprintf("the kubelet stand-in unmounted it: %s no longer lists it in status.volumesInUse", s.first), d.nodeInUse(s.rwo, s.first, false)},
+	steps := []step{
+		{fmt.Sprintf("kubelet on %s stopped the pod and called NodeUnpublishVolume(%s)", s.first, s.rwo.Handle), d.nodeCalled(csidriver.OpNodeUnpublish, s.rwo, s.first)},
+		{fmt.Sprintf("kubelet on %s called NodeUnstageVolume(%s)", s.first, s.rwo.Handle), d.nodeCalled(csidriver.OpNodeUnstage, s.rwo, s.first)},
+		{fmt.Sprintf("kubelet took it out of %s's status.volumesInUse", s.first), d.nodeInUse(s.rwo, s.first, false)},
 		{fmt.Sprintf("the controller took it out of %s's status.volumesAttached", s.first), d.nodeAttached(s.rwo, s.first, false)},
 		{fmt.Sprintf("the controller deleted VolumeAttachment %s; finalizer %s keeps it until the driver has let go", name, finalizer), d.attachmentDeleted(s.rwo, s.first)},
 		{fmt.Sprintf("csi-attacher called ControllerUnpublishVolume(%s, %s) and removed its finalizer: %s is gone", s.rwo.Handle, d.c.NodeID(s.first), name), d.attachmentGone(s.rwo, s.first)},
 	}
-	for _, step := range steps {
-		if err := d.await(ctx, step.what, step.cond); err != nil {
+	for _, st := range steps {
+		if err := d.await(ctx, st.what, st.cond); err != nil {
 			return err
 		}
 	}
@@ -238,12 +247,18 @@ func (d *demo) share(ctx context.Context, s scene) error {
 			return err
 		}
 	}
+	for i := range d.c.Nodes {
+		pod := fmt.Sprintf("reader-%d", i+1)
+		if err := d.await(ctx, fmt.Sprintf("pod %s is Running", pod), d.podRunning(pod)); err != nil {
+			return err
+		}
+	}
 	d.say("the driver has %s published on %s", s.rwx.Handle, strings.Join(d.c.Driver.PublishedNodes(s.rwx.Handle), ", "))
 	return nil
 }
 
 // detachAll deletes every pod and waits until nothing is attached any more.
-func (d *demo) detachAll(ctx context.Context, _ scene) error {
+func (d *demo) detachAll(ctx context.Context, s scene) error {
 	d.section("5. Every pod deleted: everything detaches")
 	pods, err := d.c.Client.CoreV1().Pods(d.opts.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -255,10 +270,10 @@ func (d *demo) detachAll(ctx context.Context, _ scene) error {
 		}
 	}
 	d.say("pods deleted: %s", strings.Join(podNames(pods.Items), ", "))
-	steps := []struct {
-		what string
-		cond func(context.Context) (bool, error)
-	}{
+	steps := []step{
+		{"kubelet unpublished and unstaged every volume on every node", func(context.Context) (bool, error) {
+			return len(d.c.Driver.StagedNodes(s.rwo.Handle)) == 0 && len(d.c.Driver.StagedNodes(s.rwx.Handle)) == 0, nil
+		}},
 		{"every VolumeAttachment of the driver is gone", func(ctx context.Context) (bool, error) {
 			vas, err := d.w.Attachments(ctx)
 			return len(vas) == 0, err
@@ -266,12 +281,32 @@ func (d *demo) detachAll(ctx context.Context, _ scene) error {
 		{"the driver has nothing published", func(context.Context) (bool, error) { return len(d.c.Driver.Published()) == 0, nil }},
 		{"no node lists a volume in status.volumesAttached", d.noNodeAttached},
 	}
-	for _, step := range steps {
-		if err := d.await(ctx, step.what, step.cond); err != nil {
+	for _, st := range steps {
+		if err := d.await(ctx, st.what, st.cond); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// step is one thing the demo waits for, and says once it happened.
+type step struct {
+	what string
+	cond func(context.Context) (bool, error)
+}
+
+// statusPeriod is the hollow kubelets' node status period.
+func (d *demo) statusPeriod() time.Duration {
+	return cmp.Or(d.c.NodeStatusUpdateFrequency, kubeletStatusPeriod)
+}
+
+// nodeCalled holds once the node plugin on node has answered op on v successfully.
+func (d *demo) nodeCalled(op csidriver.Operation, v workload.Volume, node string) func(context.Context) (bool, error) {
+	return func(context.Context) (bool, error) {
+		return slices.ContainsFunc(d.c.Driver.CallsFor(op, v.Handle), func(call csidriver.Call) bool {
+			return call.NodeID == d.c.NodeID(node) && call.Code == codes.OK
+		}), nil
+	}
 }
 
 func (d *demo) attachmentExists(v workload.Volume, node string) func(context.Context) (bool, error) {
