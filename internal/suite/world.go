@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -230,8 +232,9 @@ func (w *World) Never(d time.Duration, what string, cond func() bool) {
 }
 
 // Drain deletes the world's pods at once and waits until none of its driver's
-// VolumeAttachments is left, so that no finalizer is left behind for the next tests;
-// for a test's clean-up, with a controller (and external-attacher) still running.
+// VolumeAttachments is left, so that no finalizer is left behind for the next tests,
+// and no in-tree iSCSI or Fibre Channel volume is listed in its nodes' status; for a
+// test's clean-up, with a controller (and external-attacher) still running.
 func (w *World) Drain() {
 	ctx := context.Background()
 	pods := w.Client.CoreV1().Pods(w.Namespace)
@@ -250,6 +253,30 @@ func (w *World) Drain() {
 			names = append(names, va.Name+" on "+va.Spec.NodeName)
 		}
 		w.T.Errorf("VolumeAttachments of the test still there after %s: %v", drainTimeout, names)
+	}
+	// In-tree iSCSI and Fibre Channel volumes have no VolumeAttachment: their
+	// only record is node status.
+	var listed []string
+	err = wait.PollUntilContextTimeout(ctx, PollInterval, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		listed = nil
+		for _, name := range w.Nodes {
+			node, err := w.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return false, nil
+			}
+			for _, av := range node.Status.VolumesAttached {
+				if strings.HasPrefix(string(av.Name), "kubernetes.io/iscsi/") || strings.HasPrefix(string(av.Name), "kubernetes.io/fc/") {
+					listed = append(listed, string(av.Name)+" on "+name)
+				}
+			}
+		}
+		return len(listed) == 0, nil
+	})
+	if err != nil {
+		w.T.Errorf("in-tree volumes of the test still in node status after %s: %v", drainTimeout, listed)
 	}
 }
 
