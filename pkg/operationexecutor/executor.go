@@ -484,8 +484,11 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	}
 	for _, att := range on.Objects {
 		if att.ReportOnly() {
-			// Node status, as the API server confirmed it above, no longer
-			// lists the volume: that was the whole detach.
+			// Node status is the record: the detach is over once the node the
+			// API server returned no longer lists the volume.
+			if node != nil && slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == v1.UniqueVolumeName(on.Volume) }) {
+				return fmt.Errorf("the status of node %s still lists the volume; not detached yet", on.Node)
+			}
 			e.cfg.Actual.ForgetReportOnly(on.Volume, on.Node)
 			continue
 		}

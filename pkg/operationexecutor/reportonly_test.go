@@ -104,3 +104,23 @@ func TestDetachReportOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestDetachReportOnlyNotOverWhileStillListed: the record of an iSCSI volume goes
+// only once the node the API server returned no longer lists it (simulation seed
+// 153: a write judged on an older node kept it listed).
+func TestDetachReportOnlyNotOverWhileStillListed(t *testing.T) {
+	h := newExecHarness(t, waitLimit)
+	h.actual.AddReportOnly(testISCSI.Name, testNode, false)
+	h.status.node.Status.VolumesAttached = []v1.AttachedVolume{{Name: v1.UniqueVolumeName(testISCSI.Name)}}
+	on, _ := h.actual.Get(testISCSI.Name, testNode)
+	if err := h.exec.Detach(context.Background(), on, NotForced); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	h.waitDoneFor(t, testISCSI.Name)
+	if _, recorded := h.actual.Get(testISCSI.Name, testNode); !recorded {
+		t.Error("the record went while node status still lists the volume")
+	}
+	if holders := h.actual.Holders(testISCSI.Name, "", "node-2"); !slices.Equal(holders, []string{testNode}) {
+		t.Errorf("holders = %v, want %s", holders, testNode)
+	}
+}
