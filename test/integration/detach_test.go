@@ -156,6 +156,9 @@ func TestTerminatedPodReleasesVolume(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	node := s.Nodes[0]
 	vol := s.AttachedVolume("data", "job", node)
+	// The kubelet stand-in marks the pod Running once it has mounted its volume;
+	// a Succeeded written before would be overwritten.
+	s.WaitPodRunning("job")
 	// The kubelet simulator writes the pod's status too: retry on conflicts.
 	s.Must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := s.Client.CoreV1().Pods(s.Namespace).Get(t.Context(), "job", metav1.GetOptions{})
