@@ -119,6 +119,17 @@ func (w *World) AttachedVolume(claim, pod, node string) workload.Volume {
 	return v
 }
 
+// RunningVolume creates a ReadWriteOnce volume for claim and a pod on node that
+// uses it, and waits until the pod runs: on a real kubelet, once the volume is
+// attached, staged and published.
+func (w *World) RunningVolume(claim, pod, node string) workload.Volume {
+	w.T.Helper()
+	v := w.CreateVolume(claim, workload.VolumeOptions{})
+	w.CreatePod(pod, node, claim)
+	w.WaitPodRunning(pod)
+	return v
+}
+
 // CreatePV creates the PersistentVolume of a volume, bound to the claim with claimUID.
 func (w *World) CreatePV(v workload.Volume, claimUID types.UID) {
 	w.T.Helper()

@@ -28,9 +28,7 @@ import (
 func TestKubeletMountsOnlyAttached(t *testing.T) {
 	c := newCluster(t, clusterOptions{hollow: true})
 	node := c.Nodes[0]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("app", node, v.Claim)
-	c.WaitPodRunning("app")
+	v := c.RunningVolume("data", "app", node)
 
 	calls := c.nodeCalls(v, node)
 	assertStartOrder(t, calls, csidriver.OpPublish, csidriver.OpNodeStage, csidriver.OpNodePublish)
@@ -169,9 +167,7 @@ func (c *cluster) watchAttachmentDeletion(v workload.Volume, node string) func()
 func TestKubeletRWOMove(t *testing.T) {
 	c := newCluster(t, clusterOptions{hollow: true})
 	a, b := c.Nodes[0], c.Nodes[1]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("first", a, v.Claim)
-	c.WaitPodRunning("first")
+	v := c.RunningVolume("data", "first", a)
 
 	c.CreatePod("second", b, v.Claim)
 	c.WaitEvent("second", `Warning FailedAttachVolume Waiting for detach for volume "`+v.PV+`" Volume is already used by pod(s) first`)
@@ -197,9 +193,7 @@ func TestKubeletRWOMove(t *testing.T) {
 func TestKubeletRestartKeepsMountedVolume(t *testing.T) {
 	c := newCluster(t, clusterOptions{hollow: true})
 	node := c.Nodes[0]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("app", node, v.Claim)
-	c.WaitPodRunning("app")
+	v := c.RunningVolume("data", "app", node)
 	va := c.Attachment(v, node)
 	before := len(c.nodeCalls(v, node))
 
@@ -279,9 +273,7 @@ func TestKubeletDeadNodeForceDetach(t *testing.T) {
 		controllerArgs:         []string{"--max-wait-for-unmount=" + maxWait.String()},
 	})
 	a, b := c.Nodes[0], c.Nodes[1]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("first", a, v.Claim)
-	c.WaitPodRunning("first")
+	v := c.RunningVolume("data", "first", a)
 
 	c.Must(c.local.Hollow[a].Kill())
 	c.DeletePodNow("first")
@@ -311,9 +303,7 @@ func TestKubeletDeadNodeForceDetach(t *testing.T) {
 func TestKubeletOutOfServiceTaint(t *testing.T) {
 	c := newCluster(t, clusterOptions{hollow: true})
 	a, b := c.Nodes[0], c.Nodes[1]
-	v := c.CreateVolume("data", workload.VolumeOptions{})
-	c.CreatePod("first", a, v.Claim)
-	c.WaitPodRunning("first")
+	v := c.RunningVolume("data", "first", a)
 
 	c.Must(c.local.Hollow[a].Kill())
 	c.DeletePodNow("first")
