@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"sync"
@@ -295,7 +297,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.inFlight++
 	p.mu.Unlock()
-	p.finish(gen, seq, p.apply(w, r, fault))
+	// The response is held until the write's record is complete: a client that
+	// has its answer finds the write's outcome in Writes.
+	held := httptest.NewRecorder()
+	res := p.apply(held, r, fault)
+	p.finish(gen, seq, res)
+	if res.outcome == Forwarded || res.outcome == Failed {
+		sendHeld(w, held)
+	}
+}
+
+// sendHeld writes a held response to the client.
+func sendHeld(w http.ResponseWriter, held *httptest.ResponseRecorder) {
+	maps.Copy(w.Header(), held.Header())
+	w.WriteHeader(held.Code)
+	_, _ = w.Write(held.Body.Bytes())
 }
 
 // result is what became of a request.

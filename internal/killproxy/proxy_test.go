@@ -2,6 +2,7 @@ package killproxy
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,5 +183,23 @@ func TestKillAfter(t *testing.T) {
 	}
 	if got := p.Writes(); len(got) != 1 || got[0].Seq != 1 {
 		t.Errorf("writes after Reset = %v, want one numbered 1", got)
+	}
+}
+
+// TestWriteIsRecordedBeforeItsAnswer: once a client has the answer to a write,
+// Writes already shows where it went (the partition test once read the record of
+// its last write before the proxy had filled it in).
+func TestWriteIsRecordedBeforeItsAnswer(t *testing.T) {
+	const ns = "recorded"
+	createNamespace(t, ns)
+	p, client := startProxy(t, Options{})
+	for i := range 300 {
+		if _, err := client.CoreV1().ConfigMaps(ns).Create(t.Context(), configMap(ns, fmt.Sprintf("cm-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		writes := p.Writes()
+		if last := writes[len(writes)-1]; !last.Reached() || last.Outcome != Forwarded || last.Status != http.StatusCreated {
+			t.Fatalf("create %d answered, but its record reads %s", i, last)
+		}
 	}
 }
