@@ -281,7 +281,10 @@ func (r *Recorder) write(ctx context.Context, correlator *record.EventCorrelator
 
 // send writes one correlated event: a patch of the Event already written for
 // its earlier occurrences, or, for a first occurrence or when that Event is gone,
-// a new Event. The correlator learns the Event as the server returned it.
+// a new Event. The correlator learns the Event as the server returned it. It
+// calls the typed client's context-aware methods rather than client-go's
+// EventSinkImpl, whose requests cannot be cancelled: a write waiting for the rate
+// limit, or hanging, must end with ctx when the leader stops.
 func (r *Recorder) send(ctx context.Context, correlator *record.EventCorrelator, result *record.EventCorrelateResult) error {
 	events := r.client.Events("")
 	var written *v1.Event
