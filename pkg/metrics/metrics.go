@@ -12,8 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/eventsink"
 )
 
 const namespace = "attachdetach_controller"
@@ -54,6 +56,9 @@ type Metrics struct {
 	// the cluster showed after the grace period, by what was expected and whether
 	// the cluster agreed.
 	ShadowComparisons *prometheus.CounterVec
+	// EventsDropped counts the events never written, by type and cause (see
+	// pkg/eventsink).
+	EventsDropped *prometheus.CounterVec
 
 	upstream upstreamMetrics
 }
@@ -92,6 +97,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "shadow_comparisons_total",
 			Help: "In shadow mode, decisions compared with the cluster after the grace period, by expected outcome and result (agree, disagree).",
 		}, []string{"expected", "result"}),
+		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_dropped_total",
+			Help: "Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server).",
+		}, []string{"type", "cause"}),
 		upstream: newUpstreamMetrics(),
 	}
 	// Both reasons are exported from the start, at 0, so that an alert on their
@@ -100,8 +109,19 @@ func New() *Metrics {
 		m.ForceDetaches.WithLabelValues(reason)
 		m.upstream.forcedDetaches.WithLabelValues(reason)
 	}
+	// Every drop that can happen is exported from the start, at 0: a warning
+	// never waits in a queue of bounded length.
+	for _, drop := range [][2]string{
+		{v1.EventTypeNormal, eventsink.CauseQueueFull},
+		{v1.EventTypeNormal, eventsink.CauseSpamFilter},
+		{v1.EventTypeNormal, eventsink.CauseRejected},
+		{v1.EventTypeWarning, eventsink.CauseSpamFilter},
+		{v1.EventTypeWarning, eventsink.CauseRejected},
+	} {
+		m.EventsDropped.WithLabelValues(drop[0], drop[1])
+	}
 	m.Registry.MustRegister(
-		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.WaitsForDetach, m.IsLeader, m.ShadowComparisons,
+		m.Operations, m.OperationDuration, m.NodeStatusPatches, m.ForceDetaches, m.WaitsForDetach, m.IsLeader, m.ShadowComparisons, m.EventsDropped,
 		m.upstream.operationDuration, m.upstream.forcedDetaches,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -220,6 +240,11 @@ func (m *Metrics) ObserveShadowComparison(expected string, agreed bool) {
 		result = "disagree"
 	}
 	m.ShadowComparisons.WithLabelValues(expected, result).Inc()
+}
+
+// ObserveDroppedEvent counts an event that was not written.
+func (m *Metrics) ObserveDroppedEvent(eventType, cause string) {
+	m.EventsDropped.WithLabelValues(eventType, cause).Inc()
 }
 
 // SetUnmountPolicies exports the wait for unmount before a force detach, per CSI

@@ -34,6 +34,7 @@ func TestStateGaugesAndOperations(t *testing.T) {
 	m.ObserveOperation(Op{Kind: OperationDetach, Plugin: "kubernetes.io/csi:a.example.com", Migrated: true, Started: time.Now(), Err: errors.New("boom")})
 	m.ObserveForcedDetach(ForcedOnTimeout)
 	m.WaitsForDetach.Inc()
+	m.ObserveDroppedEvent("Normal", "queue_full")
 
 	for _, tc := range []struct {
 		name string
@@ -69,6 +70,15 @@ attachdetach_controller_volume_attachments 5
 # HELP attachdetach_controller_waits_for_detach_total Waits that began because a single-attach volume a pod needs was held by another node (the "Waiting for detach" event).
 # TYPE attachdetach_controller_waits_for_detach_total counter
 attachdetach_controller_waits_for_detach_total 1
+`},
+		{name: "attachdetach_controller_events_dropped_total", want: `
+# HELP attachdetach_controller_events_dropped_total Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server).
+# TYPE attachdetach_controller_events_dropped_total counter
+attachdetach_controller_events_dropped_total{cause="queue_full",type="Normal"} 1
+attachdetach_controller_events_dropped_total{cause="rejected",type="Normal"} 0
+attachdetach_controller_events_dropped_total{cause="rejected",type="Warning"} 0
+attachdetach_controller_events_dropped_total{cause="spam_filter",type="Normal"} 0
+attachdetach_controller_events_dropped_total{cause="spam_filter",type="Warning"} 0
 `},
 		{name: "attachdetach_controller_volumes_waiting_for_detach", want: `
 # HELP attachdetach_controller_volumes_waiting_for_detach Volumes pods on a node wait for because another node holds them (single-attach), one per volume and waiting node.

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/eventsink"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/ratelimit"
@@ -99,11 +99,18 @@ func Run(ctx context.Context, o *Options) error {
 		defer m.IsLeader.Set(0)
 		var recorder record.EventRecorder = discardEvents{}
 		if !o.Controller.Shadow {
-			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-			defer broadcaster.Shutdown()
-			broadcaster.StartStructuredLogging(3)
-			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
-			recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: podevents.Component})
+			events := eventsink.New(logger, eventClient.CoreV1(), scheme.Scheme, eventsink.Options{
+				Source:  v1.EventSource{Component: podevents.Component},
+				Dropped: m.ObserveDroppedEvent,
+			})
+			// The writer stops, after the controller, before this replica can
+			// give up the lease: an event is a write too.
+			eventsCtx, stopEvents := context.WithCancel(ctx)
+			var writer sync.WaitGroup
+			writer.Go(func() { events.Run(eventsCtx) })
+			defer writer.Wait()
+			defer stopEvents()
+			recorder = events
 		}
 
 		factory := controller.NewInformerFactory(client)

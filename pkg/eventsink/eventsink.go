@@ -1,0 +1,338 @@
+// Package eventsink writes the controller's events to the API server in place of
+// client-go's event broadcaster, which silently drops whatever finds 1,000 events
+// already queued, warnings included.
+//
+// Warnings wait for as long as it takes: a repeat of a warning still waiting
+// (same object, type, reason and message) is folded into it, so memory grows
+// with the number of distinct warnings, not with the burst. Normal events wait in
+// a queue of bounded length; one that finds it full is dropped and reported to
+// Options.Dropped. A single writer sends them, warnings first, at the rate limit
+// of the client it is given, through client-go's EventCorrelator, so that repeats
+// are counted on one Event, similar events are aggregated and an object that gets
+// too many events is filtered exactly as client-go's broadcaster does.
+package eventsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	recordutil "k8s.io/client-go/tools/record/util"
+	"k8s.io/client-go/tools/reference"
+	"k8s.io/klog/v2"
+)
+
+// Why an event was not written, as reported to Options.Dropped.
+const (
+	// CauseQueueFull: a normal event found MaxQueuedNormal events waiting.
+	CauseQueueFull = "queue_full"
+	// CauseSpamFilter: client-go's per-object spam filter refused it (by default
+	// 25 events of one type about one object, then one every 5 minutes).
+	CauseSpamFilter = "spam_filter"
+	// CauseRejected: the API server refused it for good (invalid, its namespace
+	// terminating, already existing).
+	CauseRejected = "rejected"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxQueuedNormal is the length of client-go's broadcaster queue.
+	DefaultMaxQueuedNormal = 1000
+	// DefaultRetryDelay is client-go's wait before it writes an event again
+	// after an error that may pass.
+	DefaultRetryDelay = 10 * time.Second
+)
+
+// Options configure a Recorder.
+type Options struct {
+	// Source is the component (and host) the events are from.
+	Source v1.EventSource
+	// MaxQueuedNormal is how many normal events may wait to be written;
+	// DefaultMaxQueuedNormal if 0.
+	MaxQueuedNormal int
+	// RetryDelay is the wait before writing an event again after a transport
+	// error or a server error that may pass; DefaultRetryDelay if 0.
+	RetryDelay time.Duration
+	// Correlator configures client-go's EventCorrelator; the zero value is
+	// client-go's defaults, those of its broadcaster.
+	Correlator record.CorrelatorOptions
+	// Dropped, if set, is called once for each event not written, with its type
+	// and one of the causes above.
+	Dropped func(eventType, cause string)
+}
+
+// Recorder is a record.EventRecorder that queues events for Run to write.
+type Recorder struct {
+	client typedcorev1.EventsGetter
+	scheme *runtime.Scheme
+	opts   Options
+	logger klog.Logger
+	wake   chan struct{}
+
+	mu sync.Mutex
+	// waiting holds the queued events by key; warnings and normals are their
+	// keys in the order they came.
+	waiting           map[string]*v1.Event
+	warnings, normals []string
+	stopped           bool
+}
+
+var _ record.EventRecorder = (*Recorder)(nil)
+
+// New returns a Recorder that writes through client, which carries the event
+// rate limit, and refers to objects through scheme. Nothing is written until Run.
+func New(logger klog.Logger, client typedcorev1.EventsGetter, scheme *runtime.Scheme, opts Options) *Recorder {
+	if opts.MaxQueuedNormal == 0 {
+		opts.MaxQueuedNormal = DefaultMaxQueuedNormal
+	}
+	if opts.RetryDelay == 0 {
+		opts.RetryDelay = DefaultRetryDelay
+	}
+	return &Recorder{
+		client:  client,
+		scheme:  scheme,
+		opts:    opts,
+		logger:  logger,
+		wake:    make(chan struct{}, 1),
+		waiting: map[string]*v1.Event{},
+	}
+}
+
+// Event queues an event about object.
+func (r *Recorder) Event(object runtime.Object, eventtype, reason, message string) {
+	r.record(object, nil, eventtype, reason, message)
+}
+
+// Eventf queues an event about object with a formatted message.
+func (r *Recorder) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	r.record(object, nil, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+// AnnotatedEventf queues an event about object with annotations and a formatted
+// message.
+func (r *Recorder) AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	r.record(object, annotations, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+func (r *Recorder) record(object runtime.Object, annotations map[string]string, eventtype, reason, message string) {
+	ref, err := reference.GetReference(r.scheme, object)
+	if err != nil {
+		r.logger.Error(err, "Cannot refer to the object of an event, not recording it", "type", eventtype, "reason", reason, "message", message)
+		return
+	}
+	if !recordutil.ValidateEventType(eventtype) {
+		r.logger.Error(nil, "Unsupported event type, not recording the event", "type", eventtype, "reason", reason, "message", message)
+		return
+	}
+	now := metav1.Now()
+	namespace := ref.Namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
+	event := &v1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        recordutil.GenerateEventName(ref.Name, now.UnixNano()),
+			Namespace:   namespace,
+			Annotations: annotations,
+		},
+		InvolvedObject:      *ref,
+		Reason:              reason,
+		Message:             message,
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		Type:                eventtype,
+		Source:              r.opts.Source,
+		ReportingController: r.opts.Source.Component,
+		ReportingInstance:   r.opts.Source.Host,
+	}
+	r.logger.V(3).Info("Event occurred", "object", klog.KRef(ref.Namespace, ref.Name), "kind", ref.Kind, "type", eventtype, "reason", reason, "message", message)
+	if !r.enqueue(event) {
+		r.logger.V(3).Info("Too many normal events waiting to be written, dropped one", "object", klog.KRef(ref.Namespace, ref.Name), "reason", reason, "limit", r.opts.MaxQueuedNormal)
+		r.dropped(eventtype, CauseQueueFull)
+	}
+}
+
+// enqueue queues the event, or folds it into the same one already waiting. It
+// returns false only for a normal event that found the queue full.
+func (r *Recorder) enqueue(event *v1.Event) bool {
+	key := eventKey(event)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return true
+	}
+	if same, ok := r.waiting[key]; ok {
+		same.LastTimestamp = event.LastTimestamp
+		return true
+	}
+	if event.Type == v1.EventTypeWarning {
+		r.warnings = append(r.warnings, key)
+	} else {
+		if len(r.normals) >= r.opts.MaxQueuedNormal {
+			return false
+		}
+		r.normals = append(r.normals, key)
+	}
+	r.waiting[key] = event
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// next takes the oldest waiting warning, else the oldest waiting normal event.
+func (r *Recorder) next() (*v1.Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, keys := range []*[]string{&r.warnings, &r.normals} {
+		if len(*keys) == 0 {
+			continue
+		}
+		key := (*keys)[0]
+		(*keys)[0] = ""
+		*keys = (*keys)[1:]
+		event := r.waiting[key]
+		delete(r.waiting, key)
+		return event, true
+	}
+	return nil, false
+}
+
+// Run writes the queued events until ctx ends, then stops: events still waiting
+// are abandoned (logged) and later ones are ignored.
+func (r *Recorder) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	defer r.stop(logger)
+	correlator := record.NewEventCorrelatorWithOptions(r.opts.Correlator)
+	for ctx.Err() == nil {
+		event, ok := r.next()
+		if !ok {
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			}
+			continue
+		}
+		r.write(ctx, correlator, event)
+	}
+}
+
+func (r *Recorder) stop(logger klog.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if len(r.waiting) > 0 {
+		logger.Info("Stopped writing events; abandoning those still waiting", "warnings", len(r.warnings), "normal", len(r.normals))
+	}
+	r.waiting, r.warnings, r.normals = nil, nil, nil
+}
+
+// write correlates the event and writes the result, again and again while the
+// error may pass, until it is written, refused, or ctx ends.
+func (r *Recorder) write(ctx context.Context, correlator *record.EventCorrelator, event *v1.Event) {
+	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(event.InvolvedObject.Namespace, event.InvolvedObject.Name), "type", event.Type, "reason", event.Reason)
+	result, err := correlator.EventCorrelate(event)
+	if err != nil {
+		logger.Error(err, "Correlating an event with earlier ones failed")
+	}
+	if result.Skip {
+		logger.V(3).Info("Too many events about the object, dropped one (client-go's spam filter)")
+		r.dropped(event.Type, CauseSpamFilter)
+		return
+	}
+	for {
+		err := r.send(ctx, correlator, result)
+		switch {
+		case err == nil:
+			return
+		case ctx.Err() != nil:
+			return
+		case !mayPass(err):
+			if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause) {
+				logger.V(5).Info("API server refused an event, not retrying", "err", err)
+			} else {
+				logger.Error(err, "API server refused an event, not retrying", "message", event.Message)
+			}
+			r.dropped(event.Type, CauseRejected)
+			return
+		}
+		logger.Error(err, "Writing an event failed, retrying", "after", r.opts.RetryDelay)
+		retry := time.NewTimer(r.opts.RetryDelay)
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return
+		case <-retry.C:
+		}
+	}
+}
+
+// send writes one correlated event: a patch of the Event already written for
+// its earlier occurrences, or, for a first occurrence or when that Event is gone,
+// a new Event. The correlator learns the Event as the server returned it. It
+// calls the typed client's context-aware methods rather than client-go's
+// EventSinkImpl, whose requests cannot be cancelled: a write waiting for the rate
+// limit, or hanging, must end with ctx when the leader stops.
+func (r *Recorder) send(ctx context.Context, correlator *record.EventCorrelator, result *record.EventCorrelateResult) error {
+	events := r.client.Events("")
+	var written *v1.Event
+	var err error
+	repeat := result.Event.Count > 1
+	if repeat {
+		written, err = events.PatchWithEventNamespaceWithContext(ctx, result.Event, result.Patch)
+	}
+	if !repeat || apierrors.IsNotFound(err) {
+		fresh := result.Event.DeepCopy()
+		fresh.ResourceVersion = ""
+		written, err = events.CreateWithEventNamespaceWithContext(ctx, fresh)
+	}
+	if err != nil {
+		return fmt.Errorf("writing event %s/%s: %w", result.Event.Namespace, result.Event.Name, err)
+	}
+	correlator.UpdateState(written)
+	return nil
+}
+
+// mayPass tells errors worth retrying: no answer from the server (as client-go's
+// broadcaster retries), or an answer saying it is overloaded or failing for now.
+func mayPass(err error) bool {
+	var construction *rest.RequestConstructionError
+	if errors.As(err, &construction) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err)
+}
+
+func (r *Recorder) dropped(eventType, cause string) {
+	if r.opts.Dropped != nil {
+		r.opts.Dropped(eventType, cause)
+	}
+}
+
+// eventKey identifies the repeats of one event: the same object, type, reason
+// and message from the same source.
+func eventKey(e *v1.Event) string {
+	o := e.InvolvedObject
+	return strings.Join([]string{
+		e.Source.Component, e.Source.Host,
+		o.Kind, o.APIVersion, o.Namespace, o.Name, string(o.UID), o.FieldPath,
+		e.Type, e.Reason, e.Message,
+	}, "\x00")
+}
