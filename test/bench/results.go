@@ -161,3 +161,72 @@ func writeResults(path string, r *Results) error {
 	}
 	return nil
 }
+
+// newRunResults converts what one run measured.
+func newRunResults(r *result) RunResults {
+	requests := map[string]map[string]int{}
+	perVolume := map[string]float64{}
+	for p := range numPhases {
+		byRequest := map[string]int{}
+		for k, n := range byKind(r.requests[p]) {
+			byRequest[k.String()] += n
+		}
+		requests[p.String()] = byRequest
+		perVolume[p.String()] = r.requestsPerVolume(p)
+	}
+	perVolume["attach+idle+churn"] = r.requestsPerVolume(breakdownPhases...)
+	vaCreates := countWhere(r.requests[attachPhase], "create", "volumeattachments")
+	return RunResults{
+		Controller: string(r.cfg.Controller),
+		Volumes:    r.cfg.Volumes,
+		Nodes:      r.cfg.Nodes,
+		QPS:        r.cfg.Rate.QPS,
+		Burst:      r.cfg.Rate.Burst,
+		Attach: AttachResults{
+			AllVolumeAttachmentsSeconds: r.allVAs.Seconds(),
+			AllInNodeStatusSeconds:      r.allInStatus.Seconds(),
+			RequestFloorSeconds:         r.requestFloor().Seconds(),
+			IdealFloorSeconds:           r.idealFloor().Seconds(),
+			PodToNodeStatusMs:           millis(r.podToStatus),
+			PodToVolumeAttachmentMs:     millis(r.podToVA),
+			AttachedToNodeStatusMs:      millis(r.attachedToStatus),
+			VolumeAttachmentCreates:     vaCreates,
+			NodeStatusWrites:            r.attachWrites() - vaCreates,
+			PodsWithAttachEvent:         r.podsWithEvent,
+			AttachEventShare:            r.attachEventShare(),
+		},
+		Steady: SteadyResults{
+			IdleSeconds:  r.cfg.Idle.Seconds(),
+			CPUSeconds:   r.idleCPU.Seconds(),
+			PeakRSSBytes: r.peakRSS,
+			Requests:     r.requests[idlePhase].Total(),
+		},
+		Failover: FailoverResults{
+			Moves:            r.moves,
+			NewLeaderSeconds: r.newLeader.Seconds(),
+			AllMovedSeconds:  r.allMoved.Seconds(),
+			MoveMs:           millis(r.moveTimes),
+		},
+		Startup: StartupResults{
+			ToVolumeAttachmentSeconds: r.startupToVA.Seconds(),
+			ToNodeStatusSeconds:       r.startupToStatus.Seconds(),
+			VolumeAttachmentDeletes:   r.startupVADeletes,
+			OtherNodeStatusWrites:     r.startupOtherWrites,
+		},
+		Churn: ChurnResults{
+			AllVolumeAttachmentsGoneSeconds: r.allVAsGone.Seconds(),
+			AllNodeStatusesEmptySeconds:     r.allNodesEmpty.Seconds(),
+		},
+		Requests:          requests,
+		RequestsPerVolume: perVolume,
+	}
+}
+
+// millis converts durations to milliseconds.
+func millis(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = ms(d)
+	}
+	return out
+}
