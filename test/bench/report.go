@@ -100,6 +100,7 @@ var figures = []figure{
 	{"fail-over: lease duration (s)", "%.1f", func(r *result) float64 { return r.cfg.Lease.Duration.Seconds() }},
 	{"fail-over: leader killed → other replica holds the Lease (s)", "%.2f", func(r *result) float64 { return r.newLeader.Seconds() }},
 	{"fail-over: leader killed → every moved volume on its new node (s)", "%.2f", func(r *result) float64 { return r.allMoved.Seconds() }},
+	{"fail-over: other replica holds the Lease → every moved volume on its new node (s)", "%.2f", func(r *result) float64 { return (r.allMoved - r.newLeader).Seconds() }},
 	{"fail-over: leader killed → moved volume on its new node p50 (s)", "%.2f", func(r *result) float64 { return percentile(r.moveTimes, .5).Seconds() }},
 	{"start-up: process start → probe's VolumeAttachment (s)", "%.2f", func(r *result) float64 { return r.startupToVA.Seconds() }},
 	{"start-up: process start → probe in node status (s)", "%.2f", func(r *result) float64 { return r.startupToStatus.Seconds() }},

@@ -255,7 +255,15 @@ func (w *world) setUp(ctx context.Context) error {
 	for i := range w.cfg.Volumes {
 		w.volumes = append(w.volumes, fmt.Sprintf("vol-%05d", i))
 	}
-	w.progressf("set-up: starting the simulated kubelet on %d nodes and the attacher", len(w.nodes))
+	started := time.Now()
+	if err := w.bulk(ctx, "set-up: nodes created", len(w.nodes), func(i int) error {
+		if _, err := w.client.CoreV1().Nodes().Create(ctx, sim.NewNode(w.nodes[i]), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %s: %w", w.nodes[i], err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	var err error
 	if _, err = sim.StartKubelet(ctx, w.env.AdminConfig(), sim.KubeletOptions{
 		Nodes: w.nodes, CreateNodes: true, Workers: w.cfg.KubeletWorkers,
@@ -270,6 +278,7 @@ func (w *world) setUp(ctx context.Context) error {
 	if w.observer, err = startObserver(ctx, w.workload); err != nil {
 		return err
 	}
+	w.progressf("set-up: nodes, simulated kubelet and attacher, observer ready after %s", time.Since(started).Round(time.Millisecond))
 	all := append([]string{probe, startupProbe}, w.volumes...)
 	return w.bulk(ctx, "set-up: claims and PersistentVolumes created", len(all), func(i int) error {
 		_, err := w.workload.CreateVolume(ctx, all[i], workload.VolumeOptions{})
