@@ -36,7 +36,7 @@ const (
 	// movedSuffix ends the name of a pod that replaces a moved pod.
 	movedSuffix = "-moved"
 	// startupTimeout bounds the controller's start, up to the probe being detached.
-	startupTimeout = 2 * time.Minute
+	startupTimeout = 5 * time.Minute
 	// stopGracePeriod is how long a controller gets to stop after SIGTERM.
 	stopGracePeriod = 10 * time.Second
 	pollInterval    = 10 * time.Millisecond
