@@ -110,3 +110,39 @@ func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+func TestNodesFor(t *testing.T) {
+	for _, tc := range []struct {
+		nodes, volumes, want int
+	}{
+		{nodes: 0, volumes: 50, want: 10},
+		{nodes: 0, volumes: 1000, want: 100},
+		{nodes: 0, volumes: 10000, want: 1000},
+		{nodes: 50, volumes: 10000, want: 50},
+	} {
+		if got := (suite{Nodes: tc.nodes}).nodesFor(tc.volumes); got != tc.want {
+			t.Errorf("-nodes=%d, %d volumes: %d nodes, want %d", tc.nodes, tc.volumes, got, tc.want)
+		}
+	}
+}
+
+func TestParseLease(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    leaseTimings
+		wantErr bool
+	}{
+		{in: "15s/10s/2s", want: leaseTimings{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
+		{in: "3s/2s/500ms", want: leaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond}},
+		{in: "15s/10s", wantErr: true},
+		{in: "10s/10s/2s", wantErr: true},
+		{in: "15s/2s/2s", wantErr: true},
+		{in: "15s/10s/-1s", wantErr: true},
+		{in: "15/10/2", wantErr: true},
+	} {
+		got, err := parseLease(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("parseLease(%q) = %v, %v; want %v, error %t", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}

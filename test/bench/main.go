@@ -94,6 +94,9 @@ func mainErr() error {
 	if s.Lease, err = parseLease(*lease); err != nil {
 		return err
 	}
+	if s.Nodes < 0 || s.Nodes == 1 {
+		return fmt.Errorf("-nodes=%d: the fail-over phase moves pods to another node, want at least 2 (or 0 for the rule)", s.Nodes)
+	}
 	if *out != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			return fmt.Errorf("creating output directory: %w", err)

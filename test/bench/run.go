@@ -150,8 +150,8 @@ type world struct {
 	began      time.Time
 	// startupNode is the node of the start-up probe's pod.
 	startupNode string
-	// ctrl is the controller that runs the phases; live are the processes that
-	// must keep running, all the processes ever started.
+	// ctrl is the controller process the phases measure; live holds the processes
+	// that must keep running, all every process started.
 	ctrl *proc.Process
 	live []*proc.Process
 	all  []*proc.Process
