@@ -17,8 +17,12 @@ type suite struct {
 	Volumes     []int
 	Rates       []rate
 	Controllers []controllerKind
-	Nodes       int
-	Idle        time.Duration
+	// Nodes is the number of simulated nodes; 0 for the rule nodesFor.
+	Nodes int
+	Idle  time.Duration
+	// Moves and Lease: see runConfig.
+	Moves int
+	Lease leaseTimings
 	// PhaseTimeout, AttacherWorkers, KubeletWorkers and Clients: see runConfig.
 	PhaseTimeout                             time.Duration
 	AttacherWorkers, KubeletWorkers, Clients int
@@ -46,8 +50,11 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 					Executables:     bins,
 					Rate:            r,
 					Volumes:         volumes,
-					Nodes:           s.Nodes,
+					Nodes:           s.nodesFor(volumes),
 					Idle:            s.Idle,
+					Moves:           s.Moves,
+					Lease:           s.Lease,
+					Progress:        s.Progress,
 					PhaseTimeout:    s.PhaseTimeout,
 					AttacherWorkers: s.AttacherWorkers,
 					KubeletWorkers:  s.KubeletWorkers,
@@ -58,19 +65,33 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 					return nil, fmt.Errorf("creating run directory: %w", err)
 				}
 				fmt.Fprintf(s.Progress, "run %d/%d: %s controller, %d volumes on %d nodes, QPS/burst %s\n",
-					len(results)+1, total, kind, volumes, s.Nodes, r)
+					len(results)+1, total, kind, volumes, cfg.Nodes, r)
 				started := time.Now()
 				res, err := run(ctx, cfg)
 				if err != nil {
 					return nil, fmt.Errorf("%s controller, %d volumes, QPS/burst %s: %w", kind, volumes, r, err)
 				}
-				fmt.Fprintf(s.Progress, "  done in %s: all in node status after %s, all detached after %s\n",
-					time.Since(started).Round(time.Second), seconds(res.allInStatus), seconds(max(res.allVAsGone, res.allNodesEmpty)))
+				fmt.Fprintf(s.Progress, "  done in %s: all in node status after %s, start-up %s, fail-over %s, all detached after %s\n",
+					time.Since(started).Round(time.Second), seconds(res.allInStatus), seconds(res.startupToVA), seconds(res.allMoved),
+					seconds(max(res.allVAsGone, res.allNodesEmpty)))
 				results = append(results, res)
 			}
 		}
 	}
 	return results, nil
+}
+
+// minNodes is the fewest nodes the rule nodesFor gives.
+const minNodes = 10
+
+// nodesFor is the number of nodes of a workload size: Nodes if set, else one node
+// per ten volumes and at least minNodes, so that 1,000 volumes run on 100 nodes
+// and 10,000 on 1,000.
+func (s suite) nodesFor(volumes int) int {
+	if s.Nodes > 0 {
+		return s.Nodes
+	}
+	return max(volumes/10, minNodes)
 }
 
 // findExecutables builds this controller and finds (building it on first use)

@@ -66,20 +66,74 @@ func parseRate(s string) (rate, error) {
 	return rate{QPS: q, Burst: b}, nil
 }
 
+// leaseTimings are the leader election timings given to both controllers in the
+// fail-over phase.
+type leaseTimings struct {
+	Duration, RenewDeadline, RetryPeriod time.Duration
+}
+
+func (l leaseTimings) String() string {
+	return l.Duration.String() + "/" + l.RenewDeadline.String() + "/" + l.RetryPeriod.String()
+}
+
+// parseLease reads "duration/renew-deadline/retry-period", e.g. 15s/10s/2s.
+func parseLease(s string) (leaseTimings, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return leaseTimings{}, fmt.Errorf("lease %q: want duration/renew-deadline/retry-period, e.g. 15s/10s/2s", s)
+	}
+	var d [3]time.Duration
+	for i, p := range parts {
+		v, err := time.ParseDuration(p)
+		if err != nil || v <= 0 {
+			return leaseTimings{}, fmt.Errorf("lease %q: %q is not a positive duration", s, p)
+		}
+		d[i] = v
+	}
+	l := leaseTimings{Duration: d[0], RenewDeadline: d[1], RetryPeriod: d[2]}
+	if l.Duration <= l.RenewDeadline || l.RenewDeadline <= l.RetryPeriod {
+		return leaseTimings{}, fmt.Errorf("lease %q: want duration > renew deadline > retry period", s)
+	}
+	return l, nil
+}
+
+// leaseNamespace is where both controllers keep their leader Lease.
+const leaseNamespace = "kube-system"
+
+// leaseKey is the namespace/name of the controller's leader Lease: upstream's is
+// kube-controller-manager's default, this controller's its own default
+// (--leader-elect-resource-name).
+func (k controllerKind) leaseKey() string {
+	if k == upstreamController {
+		return leaseNamespace + "/kube-controller-manager"
+	}
+	return leaseNamespace + "/attachdetach-controller"
+}
+
 // executables are the two controllers' executables.
 type executables struct {
 	this, upstream string
 }
 
 // controllerArgs is the command line of a controller talking to the API server
-// through kubeconfig at the given client rate limit.
-func controllerArgs(kind controllerKind, kubeconfig string, r rate) []string {
+// through kubeconfig at the given client rate limit, with leader election on the
+// controller's Lease (leaseKey) when lease is not nil.
+func controllerArgs(kind controllerKind, kubeconfig string, r rate, lease *leaseTimings) []string {
 	qps, burst := strconv.FormatFloat(r.QPS, 'f', -1, 64), strconv.Itoa(r.Burst)
+	election := []string{"--leader-elect=false"}
+	if lease != nil {
+		election = []string{
+			"--leader-elect=true",
+			"--leader-elect-lease-duration=" + lease.Duration.String(),
+			"--leader-elect-renew-deadline=" + lease.RenewDeadline.String(),
+			"--leader-elect-retry-period=" + lease.RetryPeriod.String(),
+			"--leader-elect-resource-namespace=" + leaseNamespace,
+		}
+	}
 	if kind == upstreamController {
-		return []string{
+		return append([]string{
 			"--kubeconfig=" + kubeconfig,
 			"--controllers=persistentvolume-attach-detach-controller",
-			"--leader-elect=false",
 			// Every controller uses the kubeconfig's user, not a ServiceAccount of its own.
 			"--use-service-account-credentials=false",
 			// No HTTPS endpoint: nothing to authenticate or authorise, so no
@@ -87,18 +141,17 @@ func controllerArgs(kind controllerKind, kubeconfig string, r rate) []string {
 			"--secure-port=0",
 			"--kube-api-qps=" + qps,
 			"--kube-api-burst=" + burst,
-		}
+		}, election...)
 	}
 	// Events keep their default limit of their own (--event-qps, --event-burst):
 	// upstream has no such setting, its attach/detach controller writes events
 	// within its API client's limit.
-	return []string{
+	return append([]string{
 		"--kubeconfig=" + kubeconfig,
-		"--leader-elect=false",
 		"--http-endpoint=",
 		"--kube-api-qps=" + qps,
 		"--kube-api-burst=" + burst,
-	}
+	}, election...)
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat: 100 on

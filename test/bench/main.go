@@ -1,7 +1,7 @@
 // Command bench compares this attach/detach controller with the one in upstream
 // kube-controller-manager on the same workloads, side by side in one run:
 //
-//	go run ./test/bench -volumes=100,1000 -rates=20/30,200/300 -idle=60s
+//	go run ./test/bench -volumes=1000,10000 -rates=200/300 -idle=60s -out=DIR
 //
 // Each controller runs alone, as a child process with a kubeconfig of its own
 // static-token user (in system:masters), against a fresh etcd and kube-apiserver
@@ -15,12 +15,17 @@
 //     possible, until every volume is in its node's status.volumesAttached;
 //   - steady: an idle period with every volume attached, measuring the controller
 //     process's CPU time and peak RSS from /proc;
+//   - fail-over: two leader-elected replicas; the leader killed with SIGKILL at the
+//     moment some pods move to other nodes, until every move is done;
+//   - start-up: the controller restarted while a pod with a new volume is created,
+//     until its VolumeAttachment exists and its volume is in node status;
 //   - churn: every pod deleted at once, until every VolumeAttachment is gone and
 //     every node status is empty.
 //
 // It prints Markdown tables of both controllers' figures and their ratio, and the
 // controllers' API requests per volume by verb and resource, counted from the
-// audit log.
+// audit log; with -out it also writes them, and results.json (Results), to a
+// directory.
 package main
 
 import (
@@ -28,9 +33,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -49,15 +56,18 @@ func main() {
 
 func mainErr() error {
 	var (
-		volumes     = flag.String("volumes", "100,1000", "Comma-separated workload sizes: volumes, one pod each.")
-		rates       = flag.String("rates", "20/30,200/300", "Comma-separated client QPS/burst settings, given to both controllers.")
+		volumes     = flag.String("volumes", "1000,10000", "Comma-separated workload sizes: volumes, one pod each.")
+		rates       = flag.String("rates", "200/300", "Comma-separated client QPS/burst settings, given to both controllers.")
 		controllers = flag.String("controllers", "this,upstream", "Comma-separated controllers to run, in order: this, upstream.")
+		lease       = flag.String("lease", "15s/10s/2s", "Leader election lease duration/renew deadline/retry period of both controllers in the fail-over phase.")
+		out         = flag.String("out", "", "Directory to write the tables ("+tablesFile+") and "+resultsFile+" to, besides printing the tables.")
 		s           = suite{Progress: os.Stderr}
 		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
 	)
-	flag.IntVar(&s.Nodes, "nodes", 50, "Simulated nodes; pods are spread over them round-robin.")
+	flag.IntVar(&s.Nodes, "nodes", 0, fmt.Sprintf("Simulated nodes; pods are spread over them round-robin. 0: one per ten volumes, at least %d.", minNodes))
 	flag.DurationVar(&s.Idle, "idle", 60*time.Second, "Idle period with every volume attached.")
-	flag.DurationVar(&s.PhaseTimeout, "phase-timeout", 15*time.Minute, "Limit on the attach phase and on the churn phase.")
+	flag.IntVar(&s.Moves, "moves", 100, "Pods moved to another node while the leader is killed in the fail-over phase.")
+	flag.DurationVar(&s.PhaseTimeout, "phase-timeout", 15*time.Minute, "Limit on the attach, fail-over and churn phases each.")
 	flag.IntVar(&s.AttacherWorkers, "attacher-workers", 64, "VolumeAttachments the simulated external-attacher handles in parallel.")
 	flag.IntVar(&s.KubeletWorkers, "kubelet-workers", 16, "Nodes the kubelet simulator syncs in parallel.")
 	flag.IntVar(&s.Clients, "clients", 32, "Requests the load generator has in flight.")
@@ -81,6 +91,17 @@ func mainErr() error {
 	if s.Controllers, err = parseList(*controllers, parseController); err != nil {
 		return err
 	}
+	if s.Lease, err = parseLease(*lease); err != nil {
+		return err
+	}
+	if s.Nodes < 0 || s.Nodes == 1 {
+		return fmt.Errorf("-nodes=%d: the fail-over phase moves pods to another node, want at least 2 (or 0 for the rule)", s.Nodes)
+	}
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return fmt.Errorf("creating output directory: %w", err)
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -97,17 +118,50 @@ func mainErr() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Run %s, took %s: `go run ./test/bench %s`\n\n", started.UTC().Format(time.RFC3339),
-		time.Since(started).Round(time.Second), strings.Join(os.Args[1:], " "))
 	versions, err := binaries.ReadVersions()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Machine: %s. This controller at %s; upstream kube-controller-manager %s.\n",
-		machine(), gitDescribe(), versions.Kubernetes)
-	fmt.Printf("Workload: %d nodes, one pod per ReadWriteOnce CSI volume, idle %s.\n\n", s.Nodes, s.Idle)
-	newResults(s, list).write(os.Stdout)
-	return nil
+	record := &Results{
+		Started:         started.UTC(),
+		TookSeconds:     time.Since(started).Seconds(),
+		Command:         "go run ./test/bench " + strings.Join(os.Args[1:], " "),
+		Machine:         machine(),
+		ThisCommit:      gitDescribe(),
+		UpstreamVersion: versions.Kubernetes,
+		Lease: LeaseTimings{
+			DurationSeconds:      s.Lease.Duration.Seconds(),
+			RenewDeadlineSeconds: s.Lease.RenewDeadline.Seconds(),
+			RetryPeriodSeconds:   s.Lease.RetryPeriod.Seconds(),
+		},
+	}
+	for _, r := range list {
+		record.Runs = append(record.Runs, newRunResults(r))
+	}
+	var tables strings.Builder
+	writeReport(&tables, record, newResults(s, list))
+	fmt.Print(tables.String())
+	if *out == "" {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(*out, tablesFile), []byte(tables.String()), 0o644); err != nil {
+		return fmt.Errorf("writing tables: %w", err)
+	}
+	return writeResults(filepath.Join(*out, resultsFile), record)
+}
+
+// tablesFile is the name of the Markdown tables -out writes.
+const tablesFile = "results.md"
+
+// writeReport writes the heading lines and the tables.
+func writeReport(w io.Writer, record *Results, rs results) {
+	fmt.Fprintf(w, "Run %s, took %s: `%s`\n\n", record.Started.Format(time.RFC3339),
+		(time.Duration(record.TookSeconds) * time.Second).Round(time.Second), record.Command)
+	fmt.Fprintf(w, "Machine: %s. This controller at %s; upstream kube-controller-manager %s.\n",
+		record.Machine, record.ThisCommit, record.UpstreamVersion)
+	fmt.Fprintf(w, "Workload: one pod per ReadWriteOnce CSI volume, idle %s; fail-over: %d pods moved, lease duration/renew deadline/retry period %s for both.\n\n",
+		rs.suite.Idle, rs.suite.Moves, rs.suite.Lease)
+	rs.write(w)
 }
 
 func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {

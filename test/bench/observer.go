@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/informers"
@@ -19,7 +20,8 @@ import (
 // observer records, from watches in the benchmark process, when each volume's pod,
 // VolumeAttachment, status.attached and node status entry were first seen, when its
 // pod's SuccessfulAttachVolume event was, and when the last VolumeAttachment and the
-// last node status entry went away.
+// last node status entry went away; which volumes each node's status lists now, and
+// who holds each Lease since when.
 //
 // Volumes are keyed by their claim's name, which their pod has too; their
 // PersistentVolume and volume handle are named <namespace>-<claim>
@@ -33,13 +35,20 @@ type observer struct {
 	vaSeen       map[string]time.Time
 	attachedSeen map[string]time.Time
 	inStatusSeen map[string]time.Time
-	eventSeen    map[string]time.Time // pod name -> first SuccessfulAttachVolume event
-	lastEvent    time.Time            // when the last new SuccessfulAttachVolume event came
-	liveVAs      map[string]bool      // VolumeAttachment names that exist
-	nodeVolumes  map[string]int       // node name -> benchmark volumes in its status
-	nonEmpty     int                  // nodes with benchmark volumes in their status
-	vasGoneAt    time.Time            // when liveVAs last became empty
-	nodesEmptyAt time.Time            // when nonEmpty last dropped to 0
+	eventSeen    map[string]time.Time       // pod name -> first SuccessfulAttachVolume event
+	lastEvent    time.Time                  // when the last new SuccessfulAttachVolume event came
+	liveVAs      map[string]bool            // VolumeAttachment names that exist
+	nodeVolumes  map[string]map[string]bool // node name -> benchmark volumes in its status
+	nonEmpty     int                        // nodes with benchmark volumes in their status
+	vasGoneAt    time.Time                  // when liveVAs last became empty
+	nodesEmptyAt time.Time                  // when nonEmpty last dropped to 0
+	leases       map[string]holder          // namespace/name -> current holder of the Lease
+}
+
+// holder is a Lease's holder and when the observer first saw it hold the Lease.
+type holder struct {
+	identity string
+	since    time.Time
 }
 
 // startObserver watches pods, events, VolumeAttachments and nodes until ctx ends, and
@@ -55,7 +64,8 @@ func startObserver(ctx context.Context, w *workload.Workload) (*observer, error)
 		inStatusSeen: map[string]time.Time{},
 		eventSeen:    map[string]time.Time{},
 		liveVAs:      map[string]bool{},
-		nodeVolumes:  map[string]int{},
+		nodeVolumes:  map[string]map[string]bool{},
+		leases:       map[string]holder{},
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(w.Client, 0, informers.WithNamespace(w.Namespace))
 	clusterFactory := informers.NewSharedInformerFactory(w.Client, 0)
@@ -76,6 +86,10 @@ func startObserver(ctx context.Context, w *workload.Workload) (*observer, error)
 		{clusterFactory.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    o.onNode,
 			UpdateFunc: func(_, obj any) { o.onNode(obj) },
+		}},
+		{clusterFactory.Coordination().V1().Leases().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    o.onLease,
+			UpdateFunc: func(_, obj any) { o.onLease(obj) },
 		}},
 	}
 	for _, h := range handlers {
@@ -177,24 +191,87 @@ func (o *observer) onNode(obj any) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	count := 0
+	volumes := map[string]bool{}
 	for _, av := range node.Status.VolumesAttached {
 		if volume, ok := strings.CutPrefix(string(av.Name), o.prefix); ok {
-			count++
+			volumes[volume] = true
 			firstSeen(o.inStatusSeen, volume, now)
 		}
 	}
-	before := o.nodeVolumes[node.Name]
-	o.nodeVolumes[node.Name] = count
+	before := len(o.nodeVolumes[node.Name])
+	o.nodeVolumes[node.Name] = volumes
 	switch {
-	case before == 0 && count > 0:
+	case before == 0 && len(volumes) > 0:
 		o.nonEmpty++
-	case before > 0 && count == 0:
+	case before > 0 && len(volumes) == 0:
 		o.nonEmpty--
 		if o.nonEmpty == 0 {
 			o.nodesEmptyAt = now
 		}
 	}
+}
+
+func (o *observer) onLease(obj any) {
+	now := time.Now()
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	identity := ""
+	if lease.Spec.HolderIdentity != nil {
+		identity = *lease.Spec.HolderIdentity
+	}
+	key := lease.Namespace + "/" + lease.Name
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.leases[key].identity != identity {
+		o.leases[key] = holder{identity: identity, since: now}
+	}
+}
+
+// leaseHolder returns the holder of the Lease namespace/name and when the observer
+// first saw it hold the Lease; an empty identity if none holds it.
+func (o *observer) leaseHolder(key string) holder {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leases[key]
+}
+
+// moved tells whether a volume has left node from (its VolumeAttachment named
+// fromVA gone, the volume absent from from's status) and is in to's status.
+func (o *observer) moved(volume, from, fromVA, to string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.liveVAs[fromVA] && !o.nodeVolumes[from][volume] && o.nodeVolumes[to][volume]
+}
+
+// listed tells whether node's status lists the volume.
+func (o *observer) listed(node, volume string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nodeVolumes[node][volume]
+}
+
+// detached tells whether a volume's VolumeAttachment named va is gone and the
+// volume is absent from node's status.
+func (o *observer) detached(volume, node, va string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.liveVAs[va] && !o.nodeVolumes[node][volume]
+}
+
+// withAttachEvent counts the volumes whose pod has had a SuccessfulAttachVolume
+// event.
+func (o *observer) withAttachEvent(volumes []string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, v := range volumes {
+		if _, ok := o.eventSeen[v]; ok {
+			n++
+		}
+	}
+	return n
 }
 
 // allInStatus tells whether every volume has been seen in node status.

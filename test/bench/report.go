@@ -27,12 +27,16 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // attachWrites is the number of requests attaching needs at the least: the
 // VolumeAttachments created and the node status writes, as this run made them.
 func (r *result) attachWrites() int {
+	c := r.requests[attachPhase]
+	return countWhere(c, "create", "volumeattachments") + countWhere(c, "patch", "nodes/status") + countWhere(c, "update", "nodes/status")
+}
+
+// countWhere counts the requests with a verb on a resource, whoever made them.
+func countWhere(c testenv.RequestCounts, verb, resource string) int {
 	n := 0
-	for k, c := range r.requests[attachPhase] {
-		switch {
-		case k.Verb == "create" && k.Resource == "volumeattachments",
-			(k.Verb == "patch" || k.Verb == "update") && k.Resource == "nodes/status":
-			n += c
+	for k, count := range c {
+		if k.Verb == verb && k.Resource == resource {
+			n += count
 		}
 	}
 	return n
@@ -50,6 +54,11 @@ func (r *result) requestFloor() time.Duration {
 func (r *result) idealFloor() time.Duration {
 	over := max(r.cfg.Volumes+min(r.cfg.Nodes, r.cfg.Volumes)-r.cfg.Rate.Burst, 0)
 	return time.Duration(float64(over) / r.cfg.Rate.QPS * float64(time.Second))
+}
+
+// attachEventShare is the share of pods that got a SuccessfulAttachVolume event.
+func (r *result) attachEventShare() float64 {
+	return float64(r.podsWithEvent) / float64(r.cfg.Volumes)
 }
 
 func (r *result) requestsPerVolume(phases ...phase) float64 {
@@ -84,9 +93,20 @@ var figures = []figure{
 	{"attach: status.attached → node status p50 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .5)) }},
 	{"attach: status.attached → node status p90 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .9)) }},
 	{"attach: status.attached → node status p99 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .99)) }},
+	{"attach: pods with a SuccessfulAttachVolume event (%)", "%.0f", func(r *result) float64 { return r.attachEventShare() * 100 }},
 	{"steady: CPU while idle (s)", "%.2f", func(r *result) float64 { return r.idleCPU.Seconds() }},
 	{"steady: peak RSS (MiB)", "%.0f", func(r *result) float64 { return float64(r.peakRSS) / (1 << 20) }},
 	{"steady: API requests while idle", "%.0f", func(r *result) float64 { return float64(r.requests[idlePhase].Total()) }},
+	{"fail-over: lease duration (s)", "%.1f", func(r *result) float64 { return r.cfg.Lease.Duration.Seconds() }},
+	{"fail-over: leader killed → other replica holds the Lease (s)", "%.2f", func(r *result) float64 { return r.newLeader.Seconds() }},
+	{"fail-over: leader killed → every moved volume on its new node (s)", "%.2f", func(r *result) float64 { return r.allMoved.Seconds() }},
+	{"fail-over: other replica holds the Lease → every moved volume on its new node (s)", "%.2f", func(r *result) float64 { return (r.allMoved - r.newLeader).Seconds() }},
+	{"fail-over: leader killed → moved volume on its new node p50 (s)", "%.2f", func(r *result) float64 { return percentile(r.moveTimes, .5).Seconds() }},
+	{"start-up: process start → probe's VolumeAttachment (s)", "%.2f", func(r *result) float64 { return r.startupToVA.Seconds() }},
+	{"start-up: process start → probe in node status (s)", "%.2f", func(r *result) float64 { return r.startupToStatus.Seconds() }},
+	{"start-up: VolumeAttachments deleted", "%.0f", func(r *result) float64 { return float64(r.startupVADeletes) }},
+	{"start-up: status writes to nodes other than the probe's", "%.0f", func(r *result) float64 { return float64(r.startupOtherWrites) }},
+	{"start-up: API requests", "%.0f", func(r *result) float64 { return float64(r.requests[startupPhase].Total()) }},
 	{"churn: all VolumeAttachments gone (s)", "%.2f", func(r *result) float64 { return r.allVAsGone.Seconds() }},
 	{"churn: all node statuses empty (s)", "%.2f", func(r *result) float64 { return r.allNodesEmpty.Seconds() }},
 	{"API requests per volume: attach", "%.2f", func(r *result) float64 { return r.requestsPerVolume(attachPhase) }},
@@ -121,7 +141,7 @@ func newResults(s suite, list []*result) results {
 // rate with their ratio, and the requests per volume by verb and resource.
 func (rs results) write(w io.Writer) {
 	for _, volumes := range rs.suite.Volumes {
-		fmt.Fprintf(w, "### %d volumes on %d nodes\n\n", volumes, rs.suite.Nodes)
+		fmt.Fprintf(w, "### %d volumes on %d nodes\n\n", volumes, rs.suite.nodesFor(volumes))
 		header := []string{"figure"}
 		for _, r := range rs.suite.Rates {
 			header = append(header, "this "+r.String(), "upstream "+r.String(), "ratio")
@@ -177,13 +197,17 @@ func byKind(counts testenv.RequestCounts) map[requestKind]int {
 	return out
 }
 
+// breakdownPhases are the phases of the breakdown by verb and resource, and of its
+// totals.
+var breakdownPhases = []phase{attachPhase, idlePhase, churnPhase}
+
 func (rs results) writeBreakdown(w io.Writer, volumes int, r rate) {
 	controllers := []controllerKind{thisController, upstreamController}
 	header := []string{"request"}
 	counts := map[controllerKind][numPhases]map[requestKind]int{}
 	kinds := map[requestKind]bool{}
 	for _, c := range controllers {
-		for p := range numPhases {
+		for _, p := range breakdownPhases {
 			header = append(header, fmt.Sprintf("%s %s", c, p))
 		}
 		header = append(header, string(c)+" total")
@@ -192,7 +216,7 @@ func (rs results) writeBreakdown(w io.Writer, volumes int, r rate) {
 			continue
 		}
 		var perPhase [numPhases]map[requestKind]int
-		for p := range numPhases {
+		for _, p := range breakdownPhases {
 			perPhase[p] = byKind(res.requests[p])
 			for k := range perPhase[p] {
 				kinds[k] = true
@@ -213,11 +237,11 @@ func (rs results) writeBreakdown(w io.Writer, volumes int, r rate) {
 		for _, c := range controllers {
 			perPhase, ok := counts[c]
 			if !ok {
-				row = append(row, slices.Repeat([]string{"–"}, int(numPhases)+1)...)
+				row = append(row, slices.Repeat([]string{"–"}, len(breakdownPhases)+1)...)
 				continue
 			}
 			total := 0
-			for p := range numPhases {
+			for _, p := range breakdownPhases {
 				n := perPhase[p][k]
 				if k == (requestKind{}) {
 					n = sum(perPhase[p])

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -22,11 +27,16 @@ import (
 const (
 	namespace = "bench"
 	driver    = "bench.csi.example.com"
-	// probe is the volume attached and detached once before measuring, to know the
-	// controller is up and working.
+	// probe is the volume attached and detached once before measuring, and again by
+	// the leader before the fail-over, to know the controller is up and working.
 	probe = "probe"
+	// startupProbe is the volume whose pod is created as the restarted controller
+	// starts.
+	startupProbe = "probe-startup"
+	// movedSuffix ends the name of a pod that replaces a moved pod.
+	movedSuffix = "-moved"
 	// startupTimeout bounds the controller's start, up to the probe being detached.
-	startupTimeout = 2 * time.Minute
+	startupTimeout = 5 * time.Minute
 	// stopGracePeriod is how long a controller gets to stop after SIGTERM.
 	stopGracePeriod = 10 * time.Second
 	pollInterval    = 10 * time.Millisecond
@@ -35,6 +45,14 @@ const (
 	attachedReason = "SuccessfulAttachVolume"
 	// eventsQuiet ends the wait for attach events when some never come.
 	eventsQuiet = 5 * time.Second
+	// startupSettle is how long the start-up phase goes on after the probe reached
+	// node status, so that a late rewrite or detach is counted in it.
+	startupSettle = 2 * time.Second
+	// standbyLine is what client-go's leader elector, in both controllers, logs when
+	// a replica starts trying to take the Lease.
+	standbyLine = "Attempting to acquire leader lease"
+	// progressInterval is how often long bulk operations report progress.
+	progressInterval = 5 * time.Second
 )
 
 // runConfig is one controller on one workload at one rate limit.
@@ -46,13 +64,19 @@ type runConfig struct {
 	Nodes       int
 	// Idle is how long every volume stays attached with nothing happening.
 	Idle time.Duration
-	// PhaseTimeout bounds the attach and the churn phase each.
+	// Moves is how many pods the fail-over phase moves to another node.
+	Moves int
+	// Lease is the leader election timing of the fail-over phase.
+	Lease leaseTimings
+	// PhaseTimeout bounds the attach, fail-over and churn phases each.
 	PhaseTimeout time.Duration
 	// AttacherWorkers and KubeletWorkers size the simulators; Clients is how many
 	// requests the load generator has in flight.
 	AttacherWorkers, KubeletWorkers, Clients int
-	// Dir holds the controller's kubeconfig and log.
+	// Dir holds the controller's kubeconfig and logs.
 	Dir string
+	// Progress receives a line per step.
+	Progress io.Writer
 }
 
 // phase is a measured part of a run. The attach phase's requests include the
@@ -63,24 +87,43 @@ type phase int
 const (
 	attachPhase phase = iota
 	idlePhase
+	failoverPhase
+	startupPhase
 	churnPhase
 	numPhases
 )
 
 func (p phase) String() string {
-	return [...]string{"attach", "idle", "churn"}[p]
+	return [...]string{"attach", "idle", "failover", "startup", "churn"}[p]
 }
+
+// window is when a phase ran, from included to to excluded.
+type window struct{ from, to time.Time }
+
+func (w window) contains(t time.Time) bool { return !t.Before(w.from) && t.Before(w.to) }
 
 // result is what one run measured.
 type result struct {
 	cfg runConfig
 	// Attach: from the first pod creation to the last VolumeAttachment first seen
-	// and to the last volume first seen in node status; per-volume latencies, sorted.
+	// and to the last volume first seen in node status; per-volume latencies, sorted;
+	// the pods that got a SuccessfulAttachVolume event.
 	allVAs, allInStatus                    time.Duration
 	podToVA, attachedToStatus, podToStatus []time.Duration
+	podsWithEvent                          int
 	// Steady: CPU used during the idle period and peak RSS at its end.
 	idleCPU time.Duration
 	peakRSS int64
+	// Fail-over: from the leader's SIGKILL to the other replica holding the Lease,
+	// and to each move being done (sorted) and the last.
+	moves               int
+	newLeader, allMoved time.Duration
+	moveTimes           []time.Duration
+	// Start-up: from the new process's start to the probe's VolumeAttachment and to
+	// its volume in node status; VolumeAttachments deleted and other nodes' status
+	// writes from SIGTERM to the end of the phase.
+	startupToVA, startupToStatus         time.Duration
+	startupVADeletes, startupOtherWrites int
 	// Churn: from the first pod deletion to the last VolumeAttachment gone and to
 	// the last node status emptied.
 	allVAsGone, allNodesEmpty time.Duration
@@ -88,17 +131,30 @@ type result struct {
 	requests [numPhases]testenv.RequestCounts
 }
 
+// placement is where a volume's pod is now.
+type placement struct{ pod, node string }
+
 // world is a fresh control plane with the simulators, the observer and the
-// benchmark's volumes, around one controller process.
+// benchmark's volumes, around the controller processes.
 type world struct {
-	cfg      runConfig
-	env      *testenv.Env
-	client   kubernetes.Interface
-	workload *workload.Workload
-	nodes    []string
-	volumes  []string
-	observer *observer
-	ctrl     *proc.Process
+	cfg        runConfig
+	env        *testenv.Env
+	client     kubernetes.Interface
+	workload   *workload.Workload
+	kubeconfig string
+	nodes      []string
+	volumes    []string
+	podsMu     sync.Mutex
+	pods       map[string]placement // volume -> its pod
+	observer   *observer
+	began      time.Time
+	// startupNode is the node of the start-up probe's pod.
+	startupNode string
+	// ctrl is the controller process the phases measure; live holds the processes
+	// that must keep running, all every process started.
+	ctrl *proc.Process
+	live []*proc.Process
+	all  []*proc.Process
 }
 
 // run measures one controller on a control plane of its own.
@@ -125,40 +181,59 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 	defer cancel()
 
 	w := &world{
-		cfg:      cfg,
-		env:      env,
-		client:   env.Client,
-		workload: &workload.Workload{Client: env.Client, Namespace: namespace, Driver: driver},
+		cfg:        cfg,
+		env:        env,
+		client:     env.Client,
+		workload:   &workload.Workload{Client: env.Client, Namespace: namespace, Driver: driver},
+		kubeconfig: filepath.Join(cfg.Dir, "kubeconfig"),
+		pods:       map[string]placement{},
+		began:      time.Now(),
+	}
+	if err := env.WriteKubeconfig(w.kubeconfig, token); err != nil {
+		return nil, err
 	}
 	if err := w.setUp(ctx); err != nil {
 		return nil, err
 	}
-	if err := w.startController(token); err != nil {
-		return nil, err
-	}
 	defer func() {
-		_ = w.ctrl.Stop(stopGracePeriod)
+		if stopErr := w.stopAll(); err == nil {
+			err = stopErr
+		}
 		if err != nil {
-			err = fmt.Errorf("%w\ncontroller log: %s", err, w.ctrl.LogPath())
+			err = fmt.Errorf("%w\ncontroller logs: %s", err, w.logPaths())
 		}
 	}()
+	if w.ctrl, err = w.startController("controller", nil); err != nil {
+		return nil, err
+	}
 	if err := w.warmUp(ctx); err != nil {
 		return nil, err
 	}
 	res = &result{cfg: cfg}
-	bounds, err := w.measure(ctx, res)
-	if err != nil {
-		return nil, err
+	var windows [numPhases]window
+	for _, step := range []func(context.Context, *result, *[numPhases]window) error{
+		w.measureAttach, w.measureSteady, w.measureFailover, w.measureStartup, w.measureChurn,
+	} {
+		if err := step(ctx, res, &windows); err != nil {
+			return nil, err
+		}
 	}
-	if err := w.ctrl.Stop(stopGracePeriod); err != nil {
+	if err := w.stopAll(); err != nil {
 		return nil, err
 	}
 	events, err := env.AuditEvents()
 	if err != nil {
 		return nil, err
 	}
-	res.requests = countByPhase(events, user, bounds)
+	res.requests = countByPhase(events, user, windows)
+	res.startupVADeletes, res.startupOtherWrites = countRestartWrites(events, user, windows[startupPhase], w.startupNode)
 	return res, nil
+}
+
+// progressf writes a progress line, indented under the run's line, with the time
+// since the run began.
+func (w *world) progressf(format string, args ...any) {
+	fmt.Fprintf(w.cfg.Progress, "  [%5.0fs] %s\n", time.Since(w.began).Seconds(), fmt.Sprintf(format, args...))
 }
 
 // setUp creates the namespace, the CSIDriver, the nodes with their kubelet
@@ -175,10 +250,19 @@ func (w *world) setUp(ctx context.Context) error {
 		return fmt.Errorf("creating CSIDriver: %w", err)
 	}
 	for i := range w.cfg.Nodes {
-		w.nodes = append(w.nodes, fmt.Sprintf("node-%03d", i))
+		w.nodes = append(w.nodes, fmt.Sprintf("node-%04d", i))
 	}
 	for i := range w.cfg.Volumes {
 		w.volumes = append(w.volumes, fmt.Sprintf("vol-%05d", i))
+	}
+	started := time.Now()
+	if err := w.bulk(ctx, "set-up: nodes created", len(w.nodes), func(i int) error {
+		if _, err := w.client.CoreV1().Nodes().Create(ctx, sim.NewNode(w.nodes[i]), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %s: %w", w.nodes[i], err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	var err error
 	if _, err = sim.StartKubelet(ctx, w.env.AdminConfig(), sim.KubeletOptions{
@@ -194,106 +278,327 @@ func (w *world) setUp(ctx context.Context) error {
 	if w.observer, err = startObserver(ctx, w.workload); err != nil {
 		return err
 	}
-	all := append([]string{probe}, w.volumes...)
-	return parallel(ctx, len(all), w.cfg.Clients, func(i int) error {
+	w.progressf("set-up: nodes, simulated kubelet and attacher, observer ready after %s", time.Since(started).Round(time.Millisecond))
+	all := append([]string{probe, startupProbe}, w.volumes...)
+	return w.bulk(ctx, "set-up: claims and PersistentVolumes created", len(all), func(i int) error {
 		_, err := w.workload.CreateVolume(ctx, all[i], workload.VolumeOptions{})
 		return err
 	})
 }
 
-func (w *world) startController(token string) error {
-	kubeconfig := filepath.Join(w.cfg.Dir, "kubeconfig")
-	if err := w.env.WriteKubeconfig(kubeconfig, token); err != nil {
-		return err
+// bulk calls f(0..n-1) from the load generator's clients, reporting progress while
+// it runs for more than progressInterval and once it is done.
+func (w *world) bulk(ctx context.Context, what string, n int, f func(i int) error) error {
+	var done atomic.Int64
+	started := time.Now()
+	tick := time.NewTicker(progressInterval)
+	defer tick.Stop()
+	finished := make(chan error, 1)
+	go func() {
+		finished <- parallel(ctx, n, w.cfg.Clients, func(i int) error {
+			defer done.Add(1)
+			return f(i)
+		})
+	}()
+	for {
+		select {
+		case err := <-finished:
+			if err == nil {
+				w.progressf("%s: %d in %s", what, n, time.Since(started).Round(time.Millisecond))
+			}
+			return err
+		case <-tick.C:
+			w.progressf("%s: %d/%d", what, done.Load(), n)
+		}
 	}
+}
+
+// startController starts a controller process, logging to name.log, with leader
+// election when lease is not nil.
+func (w *world) startController(name string, lease *leaseTimings) (*proc.Process, error) {
 	binary := w.cfg.Executables.this
 	if w.cfg.Controller == upstreamController {
 		binary = w.cfg.Executables.upstream
 	}
-	var err error
-	w.ctrl, err = proc.Start(string(w.cfg.Controller)+" controller", filepath.Join(w.cfg.Dir, "controller.log"), binary,
-		controllerArgs(w.cfg.Controller, kubeconfig, w.cfg.Rate)...)
-	return err
+	p, err := proc.Start(fmt.Sprintf("%s controller (%s)", w.cfg.Controller, name), filepath.Join(w.cfg.Dir, name+".log"), binary,
+		controllerArgs(w.cfg.Controller, w.kubeconfig, w.cfg.Rate, lease)...)
+	if err != nil {
+		return nil, err
+	}
+	w.live = append(w.live, p)
+	w.all = append(w.all, p)
+	return p, nil
+}
+
+// stop stops a controller process with SIGTERM, or SIGKILL after stopGracePeriod.
+func (w *world) stop(p *proc.Process) error {
+	w.forget(p)
+	return p.Stop(stopGracePeriod)
+}
+
+// forget takes a process off the list of those that must keep running.
+func (w *world) forget(p *proc.Process) {
+	w.live = slices.DeleteFunc(w.live, func(q *proc.Process) bool { return q == p })
+}
+
+// stopAll stops every controller process still running.
+func (w *world) stopAll() error {
+	var errs []error
+	for _, p := range w.all {
+		w.forget(p)
+		if p.Running() {
+			errs = append(errs, p.Stop(stopGracePeriod))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (w *world) logPaths() string {
+	paths := make([]string, len(w.all))
+	for i, p := range w.all {
+		paths[i] = p.LogPath()
+	}
+	return strings.Join(paths, " ")
 }
 
 // warmUp attaches and detaches the probe volume: the controller is then up, synced
 // and working.
 func (w *world) warmUp(ctx context.Context) error {
-	if err := w.createPod(ctx, probe, w.nodes[0]); err != nil {
+	node := w.nodes[0]
+	if err := w.createPod(ctx, probe, probe, node); err != nil {
 		return err
 	}
 	if err := w.waitFor(ctx, startupTimeout, "the probe volume to be attached", func() bool {
-		return w.observer.allInStatus([]string{probe})
+		return w.observer.listed(node, probe)
 	}); err != nil {
 		return err
 	}
 	if err := w.deletePod(ctx, probe); err != nil {
 		return err
 	}
-	return w.waitFor(ctx, startupTimeout, "the probe volume to be detached", w.observer.allGone)
+	va := w.workload.NewVolume(probe, workload.VolumeOptions{}).AttachmentName(node)
+	return w.waitFor(ctx, startupTimeout, "the probe volume to be detached", func() bool {
+		return w.observer.detached(probe, node, va)
+	})
 }
 
-// measure runs the attach, idle and churn phases and returns the start of each and
-// the end of the last.
-func (w *world) measure(ctx context.Context, res *result) ([numPhases + 1]time.Time, error) {
-	var bounds [numPhases + 1]time.Time
-	pid := w.ctrl.Pid()
-
-	bounds[attachPhase] = time.Now()
-	if err := parallel(ctx, len(w.volumes), w.cfg.Clients, func(i int) error {
-		return w.createPod(ctx, w.volumes[i], w.nodes[i%len(w.nodes)])
+// measureAttach creates every pod at once and waits for every volume in node status
+// and for the SuccessfulAttachVolume events.
+func (w *world) measureAttach(ctx context.Context, res *result, windows *[numPhases]window) error {
+	windows[attachPhase].from = time.Now()
+	if err := w.bulk(ctx, "attach: pods created", len(w.volumes), func(i int) error {
+		return w.createPod(ctx, w.volumes[i], w.volumes[i], w.nodes[i%len(w.nodes)])
 	}); err != nil {
-		return bounds, err
+		return err
 	}
 	if err := w.waitFor(ctx, w.cfg.PhaseTimeout, "every volume in node status", func() bool {
 		return w.observer.allInStatus(w.volumes)
 	}); err != nil {
-		return bounds, err
+		return err
 	}
 	attached := time.Now()
-	w.attachFigures(res, bounds[attachPhase])
+	w.attachFigures(res, windows[attachPhase].from)
+	w.progressf("attach: every volume in node status after %s", seconds(res.allInStatus))
 	if err := w.waitFor(ctx, w.cfg.PhaseTimeout, "the SuccessfulAttachVolume events", func() bool {
 		return w.observer.eventsSettled(w.volumes, attached, eventsQuiet)
 	}); err != nil {
-		return bounds, err
+		return err
 	}
-	bounds[idlePhase] = time.Now()
+	res.podsWithEvent = w.observer.withAttachEvent(w.volumes)
+	windows[attachPhase].to = time.Now()
+	return nil
+}
 
+// measureSteady idles with every volume attached, measuring the controller's CPU
+// time and peak RSS.
+func (w *world) measureSteady(ctx context.Context, res *result, windows *[numPhases]window) error {
+	pid := w.ctrl.Pid()
+	windows[idlePhase].from = time.Now()
 	cpuBefore, err := cpuTime(pid)
 	if err != nil {
-		return bounds, err
+		return err
 	}
 	select {
 	case <-ctx.Done():
-		return bounds, ctx.Err()
+		return ctx.Err()
 	case <-time.After(w.cfg.Idle):
 	}
 	if err := w.exited(); err != nil {
-		return bounds, err
+		return err
 	}
 	cpuAfter, err := cpuTime(pid)
 	if err != nil {
-		return bounds, err
+		return err
 	}
 	res.idleCPU = cpuAfter - cpuBefore
 	if res.peakRSS, err = peakRSS(pid); err != nil {
-		return bounds, err
+		return err
+	}
+	windows[idlePhase].to = time.Now()
+	w.progressf("steady: %s of CPU in %s, peak RSS %d MiB", res.idleCPU, w.cfg.Idle, res.peakRSS>>20)
+	return nil
+}
+
+// move is one pod of the fail-over phase moved to another node.
+type move struct {
+	volume   string
+	from, to placement
+	fromVA   string
+}
+
+// measureFailover replaces the controller by two leader-elected replicas, checks
+// the leader works, then kills it with SIGKILL at the moment Moves pods move to
+// another node, and waits until every move is done. The other replica stays as
+// the controller.
+func (w *world) measureFailover(ctx context.Context, res *result, windows *[numPhases]window) error {
+	if err := w.stop(w.ctrl); err != nil {
+		return err
+	}
+	key := w.cfg.Controller.leaseKey()
+	first, err := w.startController("replica-1", &w.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, startupTimeout, "replica 1 to take the Lease "+key, func() bool {
+		return w.observer.leaseHolder(key).identity != ""
+	}); err != nil {
+		return err
+	}
+	firstID := w.observer.leaseHolder(key).identity
+	second, err := w.startController("replica-2", &w.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	if err := second.WaitReady(readyCtx, standbyLine); err != nil {
+		return fmt.Errorf("replica 2: %w", err)
+	}
+	if err := w.warmUp(ctx); err != nil {
+		return fmt.Errorf("before the fail-over: %w", err)
+	}
+	leader, standby := first, second
+	leaderID := w.observer.leaseHolder(key).identity
+	if leaderID != firstID {
+		leader, standby = second, first
 	}
 
-	bounds[churnPhase] = time.Now()
-	if err := parallel(ctx, len(w.volumes), w.cfg.Clients, func(i int) error {
-		return w.deletePod(ctx, w.volumes[i])
+	moves := make([]move, min(w.cfg.Moves, len(w.volumes)))
+	for i := range moves {
+		v := w.volumes[i]
+		from := w.pods[v]
+		moves[i] = move{
+			volume: v,
+			from:   from,
+			to:     placement{pod: v + movedSuffix, node: w.nodes[(slices.Index(w.nodes, from.node)+1)%len(w.nodes)]},
+			fromVA: w.workload.NewVolume(v, workload.VolumeOptions{}).AttachmentName(from.node),
+		}
+	}
+	w.progressf("fail-over: leader %s, killing it and moving %d pods", leaderID, len(moves))
+	w.forget(leader)
+	start := time.Now()
+	windows[failoverPhase].from = start
+	killed := make(chan error, 1)
+	go func() { killed <- leader.Kill() }()
+	if err := parallel(ctx, len(moves), w.cfg.Clients, func(i int) error {
+		m := moves[i]
+		if err := w.deletePod(ctx, m.volume); err != nil {
+			return err
+		}
+		return w.createPod(ctx, m.to.pod, m.volume, m.to.node)
 	}); err != nil {
-		return bounds, err
+		return err
+	}
+	done := make([]time.Duration, len(moves))
+	if err := w.waitFor(ctx, w.cfg.PhaseTimeout, "every moved volume on its new node", func() bool {
+		all := true
+		for i, m := range moves {
+			if done[i] == 0 && w.observer.moved(m.volume, m.from.node, m.fromVA, m.to.node) {
+				done[i] = time.Since(start)
+			}
+			all = all && done[i] != 0
+		}
+		return all
+	}); err != nil {
+		return err
+	}
+	if err := <-killed; err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, startupTimeout, "the other replica to hold the Lease", func() bool {
+		h := w.observer.leaseHolder(key)
+		return h.identity != "" && h.identity != leaderID
+	}); err != nil {
+		return err
+	}
+	windows[failoverPhase].to = time.Now()
+	res.moves = len(moves)
+	res.newLeader = w.observer.leaseHolder(key).since.Sub(start)
+	slices.Sort(done)
+	res.moveTimes = done
+	if len(done) > 0 {
+		res.allMoved = done[len(done)-1]
+	}
+	w.ctrl = standby
+	w.progressf("fail-over: new leader after %s, all %d moves done after %s (lease %s)",
+		seconds(res.newLeader), len(moves), seconds(res.allMoved), w.cfg.Lease.Duration)
+	return nil
+}
+
+// measureStartup restarts the controller without leader election: SIGTERM to the
+// running one, then a new process and, at once, a pod for a new volume; it measures
+// the new process's start to the probe's VolumeAttachment and to its volume in node
+// status.
+func (w *world) measureStartup(ctx context.Context, res *result, windows *[numPhases]window) error {
+	windows[startupPhase].from = time.Now()
+	if err := w.stop(w.ctrl); err != nil {
+		return err
+	}
+	w.startupNode = w.nodes[len(w.nodes)/2]
+	node := w.startupNode
+	started := time.Now()
+	var err error
+	if w.ctrl, err = w.startController("restarted", nil); err != nil {
+		return err
+	}
+	if err := w.createPod(ctx, startupProbe, startupProbe, node); err != nil {
+		return err
+	}
+	if err := w.waitFor(ctx, startupTimeout, "the start-up probe in node status", func() bool {
+		return w.observer.allInStatus([]string{startupProbe})
+	}); err != nil {
+		return err
+	}
+	t := w.observer.times([]string{startupProbe})[0]
+	res.startupToVA, res.startupToStatus = t.va.Sub(started), t.inStatus.Sub(started)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(startupSettle):
+	}
+	windows[startupPhase].to = time.Now()
+	w.progressf("start-up: first VolumeAttachment after %s, in node status after %s", seconds(res.startupToVA), seconds(res.startupToStatus))
+	return w.exited()
+}
+
+// measureChurn deletes every pod at once and waits until every VolumeAttachment is
+// gone and every node status empty.
+func (w *world) measureChurn(ctx context.Context, res *result, windows *[numPhases]window) error {
+	volumes := slices.Collect(maps.Keys(w.pods))
+	windows[churnPhase].from = time.Now()
+	if err := w.bulk(ctx, "churn: pods deleted", len(volumes), func(i int) error {
+		return w.deletePod(ctx, volumes[i])
+	}); err != nil {
+		return err
 	}
 	if err := w.waitFor(ctx, w.cfg.PhaseTimeout, "every VolumeAttachment gone and every node status empty", w.observer.allGone); err != nil {
-		return bounds, err
+		return err
 	}
-	bounds[numPhases] = time.Now()
+	windows[churnPhase].to = time.Now()
 	vasGone, nodesEmpty := w.observer.goneTimes()
-	res.allVAsGone = vasGone.Sub(bounds[churnPhase])
-	res.allNodesEmpty = nodesEmpty.Sub(bounds[churnPhase])
-	return bounds, nil
+	res.allVAsGone = vasGone.Sub(windows[churnPhase].from)
+	res.allNodesEmpty = nodesEmpty.Sub(windows[churnPhase].from)
+	return nil
 }
 
 // attachFigures computes the attach phase's figures from the observer's times.
@@ -310,22 +615,35 @@ func (w *world) attachFigures(res *result, start time.Time) {
 	slices.Sort(res.podToStatus)
 }
 
-// createPod creates a pod on node that uses the claim named volume.
-func (w *world) createPod(ctx context.Context, volume, node string) error {
-	return w.workload.CreatePod(ctx, w.workload.Pod(volume, node, volume))
+// createPod creates a pod named pod on node that uses the claim named volume, and
+// records where the volume's pod is.
+func (w *world) createPod(ctx context.Context, pod, volume, node string) error {
+	if err := w.workload.CreatePod(ctx, w.workload.Pod(pod, node, volume)); err != nil {
+		return err
+	}
+	w.podsMu.Lock()
+	defer w.podsMu.Unlock()
+	w.pods[volume] = placement{pod: pod, node: node}
+	return nil
 }
 
-// deletePod deletes a pod at once: with no grace period the object is gone, so the
-// kubelet simulator drops its volume from volumesInUse straight away.
-func (w *world) deletePod(ctx context.Context, name string) error {
-	return w.workload.DeletePodNow(ctx, name)
+// deletePod deletes the pod of a volume at once: with no grace period the object is
+// gone, so the kubelet simulator drops the volume from volumesInUse straight away.
+func (w *world) deletePod(ctx context.Context, volume string) error {
+	w.podsMu.Lock()
+	p := w.pods[volume]
+	delete(w.pods, volume)
+	w.podsMu.Unlock()
+	return w.workload.DeletePodNow(ctx, p.pod)
 }
 
-// exited returns why the controller ended, with the end of its log, or nil while it
-// runs.
+// exited returns why a controller that must be running ended, with the end of its
+// log, or nil while they all run.
 func (w *world) exited() error {
-	if err := w.ctrl.Exited(); err != nil {
-		return fmt.Errorf("%w; log tail:\n%s", err, w.ctrl.LogTail(30))
+	for _, p := range w.live {
+		if err := p.Exited(); err != nil {
+			return fmt.Errorf("%w; log tail:\n%s", err, p.LogTail(30))
+		}
 	}
 	return nil
 }
@@ -374,14 +692,14 @@ feed:
 }
 
 // countByPhase counts the user's requests received in each phase.
-func countByPhase(events []testenv.AuditEvent, user string, bounds [numPhases + 1]time.Time) [numPhases]testenv.RequestCounts {
+func countByPhase(events []testenv.AuditEvent, user string, windows [numPhases]window) [numPhases]testenv.RequestCounts {
 	var byPhase [numPhases][]testenv.AuditEvent
 	for _, ev := range events {
 		if ev.User != user {
 			continue
 		}
 		for p := range numPhases {
-			if !ev.Received.Before(bounds[p]) && ev.Received.Before(bounds[p+1]) {
+			if windows[p].contains(ev.Received) {
 				byPhase[p] = append(byPhase[p], ev)
 			}
 		}
@@ -391,4 +709,21 @@ func countByPhase(events []testenv.AuditEvent, user string, bounds [numPhases + 
 		counts[p] = testenv.CountRequests(byPhase[p])
 	}
 	return counts
+}
+
+// countRestartWrites counts, among the user's requests in the start-up window, the
+// VolumeAttachments deleted and the status writes to nodes other than probeNode.
+func countRestartWrites(events []testenv.AuditEvent, user string, startup window, probeNode string) (vaDeletes, otherNodeWrites int) {
+	for _, ev := range events {
+		if ev.User != user || !startup.contains(ev.Received) {
+			continue
+		}
+		switch {
+		case ev.Verb == "delete" && ev.Resource == "volumeattachments":
+			vaDeletes++
+		case (ev.Verb == "patch" || ev.Verb == "update") && ev.Resource == "nodes" && ev.Subresource == "status" && ev.Name != probeNode:
+			otherNodeWrites++
+		}
+	}
+	return vaDeletes, otherNodeWrites
 }
