@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+// resultsFile is the name of the machine-readable results -out writes.
+const resultsFile = "results.json"
+
+// Results is what one invocation of the benchmark measured, in the form written to
+// results.json by -out, for charts and later comparison. Times are in seconds where
+// a field's name ends in Seconds and in milliseconds where it ends in Ms; latency
+// lists are sorted ascending, one entry per volume, so that entry i of n is the
+// (i+1)/n point of the cumulative distribution.
+type Results struct {
+	// Started is when the benchmark started; TookSeconds how long it ran.
+	Started     time.Time `json:"started"`
+	TookSeconds float64   `json:"tookSeconds"`
+	// Command is the command line, Machine the cores, memory and CPU model.
+	Command string `json:"command"`
+	Machine string `json:"machine"`
+	// ThisCommit is `git describe` of the controller's source; UpstreamVersion the
+	// kube-controller-manager version.
+	ThisCommit      string `json:"thisCommit"`
+	UpstreamVersion string `json:"upstreamVersion"`
+	// Lease is the leader election timing both controllers get in the fail-over
+	// phase.
+	Lease LeaseTimings `json:"lease"`
+	// Runs are the runs in the order they ran: for each size and rate, this
+	// controller then upstream (as -controllers orders them).
+	Runs []RunResults `json:"runs"`
+}
+
+// LeaseTimings are the leader election flags of both controllers in the fail-over
+// phase.
+type LeaseTimings struct {
+	DurationSeconds      float64 `json:"durationSeconds"`
+	RenewDeadlineSeconds float64 `json:"renewDeadlineSeconds"`
+	RetryPeriodSeconds   float64 `json:"retryPeriodSeconds"`
+}
+
+// RunResults is one controller on one workload at one client rate limit.
+type RunResults struct {
+	// Controller is "this" or "upstream".
+	Controller string  `json:"controller"`
+	Volumes    int     `json:"volumes"`
+	Nodes      int     `json:"nodes"`
+	QPS        float64 `json:"qps"`
+	Burst      int     `json:"burst"`
+
+	Attach   AttachResults   `json:"attach"`
+	Steady   SteadyResults   `json:"steady"`
+	Failover FailoverResults `json:"failover"`
+	Startup  StartupResults  `json:"startup"`
+	Churn    ChurnResults    `json:"churn"`
+
+	// Requests are the controller's API requests in each phase ("attach", "idle",
+	// "failover", "startup", "churn"), by "verb resource[/subresource]" (e.g.
+	// "patch nodes/status").
+	Requests map[string]map[string]int `json:"requests"`
+	// RequestsPerVolume is each phase's request total divided by Volumes, and under
+	// "attach+idle+churn" the sum of those three.
+	RequestsPerVolume map[string]float64 `json:"requestsPerVolume"`
+}
+
+// AttachResults is the attach phase: every pod created at once, from the first pod
+// creation until every volume is in its node's status.volumesAttached.
+type AttachResults struct {
+	AllVolumeAttachmentsSeconds float64 `json:"allVolumeAttachmentsSeconds"`
+	AllInNodeStatusSeconds      float64 `json:"allInNodeStatusSeconds"`
+	// RequestFloorSeconds is (VolumeAttachment creates + node status writes −
+	// burst)/QPS; IdealFloorSeconds the same with one node status write per node.
+	RequestFloorSeconds float64 `json:"requestFloorSeconds"`
+	IdealFloorSeconds   float64 `json:"idealFloorSeconds"`
+	// Per-volume latencies, sorted ascending: pod first seen → volume first seen in
+	// node status (the CDF chart's data), pod → VolumeAttachment first seen, and
+	// status.attached first seen → volume in node status.
+	PodToNodeStatusMs       []float64 `json:"podToNodeStatusMs"`
+	PodToVolumeAttachmentMs []float64 `json:"podToVolumeAttachmentMs"`
+	AttachedToNodeStatusMs  []float64 `json:"attachedToNodeStatusMs"`
+	VolumeAttachmentCreates int       `json:"volumeAttachmentCreates"`
+	NodeStatusWrites        int       `json:"nodeStatusWrites"`
+	PodsWithAttachEvent     int       `json:"podsWithAttachEvent"`
+	AttachEventShare        float64   `json:"attachEventShare"`
+}
+
+// SteadyResults is the idle period with every volume attached.
+type SteadyResults struct {
+	IdleSeconds float64 `json:"idleSeconds"`
+	// CPUSeconds is the controller's user+system CPU time over the idle period.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// PeakRSSBytes is VmHWM at the end of the idle period: the peak of the run so
+	// far, attach burst included.
+	PeakRSSBytes int64 `json:"peakRSSBytes"`
+	Requests     int   `json:"requests"`
+}
+
+// FailoverResults is two leader-elected replicas, every volume attached: pods moved
+// to other nodes at the moment the leader is killed with SIGKILL.
+type FailoverResults struct {
+	// Moves is the number of pods moved (deleted, and a pod with the same claim
+	// created on another node).
+	Moves int `json:"moves"`
+	// NewLeaderSeconds is SIGKILL → the Lease held by the other replica.
+	NewLeaderSeconds float64 `json:"newLeaderSeconds"`
+	// AllMovedSeconds is SIGKILL → every moved volume's old VolumeAttachment gone,
+	// absent from its old node's status and in its new node's status.volumesAttached.
+	AllMovedSeconds float64 `json:"allMovedSeconds"`
+	// MoveMs is each move's time from SIGKILL to done, sorted ascending.
+	MoveMs []float64 `json:"moveMs"`
+}
+
+// StartupResults is a restart of the controller (not leader-elected) with every
+// volume attached: the old process stopped with SIGTERM, a new one started and, at
+// the same moment, one probe pod with a new volume created.
+type StartupResults struct {
+	// ToVolumeAttachmentSeconds is the new process's start → the probe's
+	// VolumeAttachment first seen: the controller's first decision.
+	ToVolumeAttachmentSeconds float64 `json:"toVolumeAttachmentSeconds"`
+	// ToNodeStatusSeconds is the new process's start → the probe volume first seen
+	// in node status.
+	ToNodeStatusSeconds float64 `json:"toNodeStatusSeconds"`
+	// VolumeAttachmentDeletes and OtherNodeStatusWrites count, from SIGTERM to a
+	// settling period after the probe reached node status, the VolumeAttachments
+	// deleted and the status writes to nodes other than the probe's: both are 0
+	// when the restart detached and re-wrote nothing.
+	VolumeAttachmentDeletes int `json:"volumeAttachmentDeletes"`
+	OtherNodeStatusWrites   int `json:"otherNodeStatusWrites"`
+}
+
+// ChurnResults is every pod deleted at once, from the first deletion.
+type ChurnResults struct {
+	AllVolumeAttachmentsGoneSeconds float64 `json:"allVolumeAttachmentsGoneSeconds"`
+	AllNodeStatusesEmptySeconds     float64 `json:"allNodeStatusesEmptySeconds"`
+}
+
+// readResults reads a results.json.
+func readResults(path string) (*Results, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading results: %w", err)
+	}
+	var r Results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("parsing results %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// writeResults writes r as indented JSON to path.
+func writeResults(path string, r *Results) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding results: %w", err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	return nil
+}
