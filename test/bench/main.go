@@ -20,7 +20,9 @@
 //
 // It prints Markdown tables of both controllers' figures and their ratio, and the
 // controllers' API requests per volume by verb and resource, counted from the
-// audit log.
+// audit log; with -charts-dir it also draws SVG charts of pod → node status
+// latency, idle CPU, peak RSS and API requests per volume (-charts-from redraws
+// them from a saved results.json).
 package main
 
 import (
@@ -54,6 +56,8 @@ func mainErr() error {
 		controllers = flag.String("controllers", "this,upstream", "Comma-separated controllers to run, in order: this, upstream.")
 		s           = suite{Progress: os.Stderr}
 		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
+		chartsDir   = flag.String("charts-dir", "", "Directory to draw SVG charts of the results in, linked from the Markdown printed; none if empty.")
+		chartsFrom  = flag.String("charts-from", "", "Draw the charts of a saved "+resultsFile+" into -charts-dir (by default the file's directory) instead of running.")
 	)
 	flag.IntVar(&s.Nodes, "nodes", 50, "Simulated nodes; pods are spread over them round-robin.")
 	flag.DurationVar(&s.Idle, "idle", 60*time.Second, "Idle period with every volume attached.")
@@ -64,6 +68,9 @@ func mainErr() error {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *chartsFrom != "" {
+		return redrawCharts(os.Stdout, *chartsFrom, *chartsDir)
 	}
 	var err error
 	if s.Volumes, err = parseList(*volumes, func(v string) (int, error) {
@@ -107,7 +114,10 @@ func mainErr() error {
 		machine(), gitDescribe(), versions.Kubernetes)
 	fmt.Printf("Workload: %d nodes, one pod per ReadWriteOnce CSI volume, idle %s.\n\n", s.Nodes, s.Idle)
 	newResults(s, list).write(os.Stdout)
-	return nil
+	if *chartsDir == "" {
+		return nil
+	}
+	return drawCharts(os.Stdout, *chartsDir, chartRunsOf(list))
 }
 
 func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
