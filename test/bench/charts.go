@@ -147,6 +147,9 @@ var (
 		thisController:     draw.CircleGlyph{},
 		upstreamController: draw.SquareGlyph{},
 	}
+	// nodeGlyphs tell numbers of nodes apart when one number of volumes ran on
+	// several.
+	nodeGlyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.TriangleGlyph{}, draw.SquareGlyph{}, draw.CrossGlyph{}}
 	// rateDashes tell the rates apart, in the order they were run.
 	rateDashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(2), vg.Points(2)}, {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)}}
 	gridColor  = color.Gray{Y: 0xdd}
@@ -157,8 +160,8 @@ var (
 
 // writeCharts draws, into dir, the distribution of pod → node status latency of
 // every run for each workload size, and idle CPU, peak RSS and API requests per
-// volume against the number of volumes for each number of nodes. It returns the
-// charts in the order a report shows them.
+// volume against the number of volumes. It returns the charts in the order a
+// report shows them.
 func writeCharts(dir string, runs []chartRun) ([]chart, error) {
 	if len(runs) == 0 {
 		return nil, errors.New("no runs to draw")
@@ -184,22 +187,19 @@ func writeCharts(dir string, runs []chartRun) ([]chart, error) {
 		}
 		charts = append(charts, c)
 	}
-	for _, nodes := range nodeCounts(runs) {
-		onNodes := filterRuns(runs, func(r chartRun) bool { return r.Nodes == nodes })
-		for _, f := range scaleFigures(onNodes) {
-			c := chart{
-				File:  fmt.Sprintf("%s-%d-nodes.svg", f.file, nodes),
-				Title: fmt.Sprintf("%s, %s nodes", f.title, thousands(nodes)),
-			}
-			p, err := scalePlot(c.Title, f, onNodes, rates)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.File, err)
-			}
-			if err := saveSVG(p, filepath.Join(dir, c.File)); err != nil {
-				return nil, err
-			}
-			charts = append(charts, c)
+	for _, f := range scaleFigures(runs) {
+		c := chart{File: f.file + ".svg", Title: f.title}
+		if nodes := nodeCounts(runs); len(nodes) == 1 {
+			c.Title += fmt.Sprintf(", %s nodes", thousands(nodes[0]))
 		}
+		p, err := scalePlot(c.Title, f, runs, rates)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.File, err)
+		}
+		if err := saveSVG(p, filepath.Join(dir, c.File)); err != nil {
+			return nil, err
+		}
+		charts = append(charts, c)
 	}
 	return charts, nil
 }
@@ -294,46 +294,75 @@ func scaleFigures(runs []chartRun) []scaleFigure {
 }
 
 // scalePlot draws a figure against the number of volumes, one line per
-// controller and rate.
+// controller and rate. When the runs put one number of volumes on several numbers
+// of nodes, it draws a line per number of nodes too, told apart by its points;
+// otherwise the number of nodes, if not the same for all, labels each number of
+// volumes.
 func scalePlot(title string, f scaleFigure, runs []chartRun, rates []rate) (*plot.Plot, error) {
 	p := newPlot(title, "volumes, one pod each (log scale)", f.yLabel)
+	nodesByVolumes := map[int]int{}
+	split := false
+	for _, r := range runs {
+		if n, ok := nodesByVolumes[r.Volumes]; ok && n != r.Nodes {
+			split = true
+		}
+		nodesByVolumes[r.Volumes] = r.Nodes
+	}
+	lineNodes := []int{0} // 0: every number of nodes
+	if split {
+		lineNodes = nodeCounts(runs)
+	}
 	volumes := map[int]bool{}
 	hi := 0.0
 	for _, controller := range []controllerKind{thisController, upstreamController} {
 		for _, rt := range rates {
-			series := filterRuns(runs, func(r chartRun) bool { return r.Controller == controller && r.Rate == rt })
-			if len(series) == 0 {
-				continue
-			}
-			slices.SortFunc(series, func(a, b chartRun) int { return cmp.Compare(a.Volumes, b.Volumes) })
-			var xys plotter.XYs
-			for _, r := range series {
-				y := f.value(r)
-				if f.logY {
-					y = max(y, f.floor)
+			for i, nodes := range lineNodes {
+				name, glyph := seriesName(controller, rt), controllerGlyphs[controller]
+				if split {
+					name += fmt.Sprintf(", %s nodes", thousands(nodes))
+					glyph = nodeGlyphs[i%len(nodeGlyphs)]
 				}
-				xys = append(xys, plotter.XY{X: math.Log10(float64(r.Volumes)), Y: y})
-				volumes[r.Volumes] = true
-				hi = max(hi, y)
+				series := filterRuns(runs, func(r chartRun) bool {
+					return r.Controller == controller && r.Rate == rt && (nodes == 0 || r.Nodes == nodes)
+				})
+				if len(series) == 0 {
+					continue
+				}
+				slices.SortFunc(series, func(a, b chartRun) int { return cmp.Compare(a.Volumes, b.Volumes) })
+				var xys plotter.XYs
+				for _, r := range series {
+					y := f.value(r)
+					if f.logY {
+						y = max(y, f.floor)
+					}
+					xys = append(xys, plotter.XY{X: math.Log10(float64(r.Volumes)), Y: y})
+					volumes[r.Volumes] = true
+					hi = max(hi, y)
+				}
+				if f.logY {
+					xys = log10Y(xys)
+				}
+				line, points, err := plotter.NewLinePoints(xys)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", name, err)
+				}
+				styleLine(&line.LineStyle, controller, rt, rates)
+				points.GlyphStyle = draw.GlyphStyle{Color: controllerColors[controller], Radius: vg.Points(3), Shape: glyph}
+				p.Add(line, points)
+				p.Legend.Add(name, line, points)
 			}
-			if f.logY {
-				xys = log10Y(xys)
-			}
-			line, points, err := plotter.NewLinePoints(xys)
-			if err != nil {
-				return nil, fmt.Errorf("%s controller at %s: %w", controller, rt, err)
-			}
-			styleLine(&line.LineStyle, controller, rt, rates)
-			points.GlyphStyle = draw.GlyphStyle{Color: controllerColors[controller], Radius: vg.Points(3), Shape: controllerGlyphs[controller]}
-			p.Add(line, points)
-			p.Legend.Add(seriesName(controller, rt), line, points)
 		}
 	}
 	sizes := slices.Sorted(maps.Keys(volumes))
 	p.X.Min, p.X.Max = math.Log10(float64(sizes[0])/1.5), math.Log10(float64(sizes[len(sizes)-1])*1.5)
+	labelNodes := !split && len(nodeCounts(runs)) > 1
 	var ticks plot.ConstantTicks
 	for _, v := range sizes {
-		ticks = append(ticks, plot.Tick{Value: math.Log10(float64(v)), Label: thousands(v)})
+		label := thousands(v)
+		if labelNodes {
+			label += fmt.Sprintf("\non %s nodes", thousands(nodesByVolumes[v]))
+		}
+		ticks = append(ticks, plot.Tick{Value: math.Log10(float64(v)), Label: label})
 	}
 	p.X.Tick.Marker = ticks
 	if f.logY {
@@ -342,6 +371,7 @@ func scalePlot(title string, f scaleFigure, runs []chartRun, rates []rate) (*plo
 		p.Y.Tick.Marker = logTicks{}
 	} else {
 		p.Y.Min, p.Y.Max = 0, max(hi, 1)/(1-legendShare)
+		p.Y.Tick.Marker = linearTicks{}
 	}
 	return p, nil
 }
@@ -420,6 +450,21 @@ func (logTicks) Ticks(logLo, logHi float64) []plot.Tick {
 			}
 			ticks = append(ticks, t)
 		}
+	}
+	return ticks
+}
+
+// linearTicks labels about six round values, 1, 2 or 5 times a power of ten apart,
+// on a linear axis.
+type linearTicks struct{}
+
+func (linearTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := roundUp125((hi - lo) / 6)
+	scale := math.Pow10(max(-int(math.Floor(math.Log10(step))), 0))
+	var ticks []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi; i++ {
+		v := math.Round(i*step*scale) / scale
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
 	}
 	return ticks
 }

@@ -61,9 +61,9 @@ func TestWriteCharts(t *testing.T) {
 	}{
 		{"latency-100-volumes-50-nodes.svg", "Pod → node status latency, 100 volumes on 50 nodes", []string{"fraction of volumes", "status.volumesAttached (s, log scale)"}},
 		{"latency-1000-volumes-50-nodes.svg", "Pod → node status latency, 1,000 volumes on 50 nodes", []string{"fraction of volumes"}},
-		{"idle-cpu-50-nodes.svg", "CPU while idle for 60 s with every volume attached, 50 nodes", []string{"CPU time (s, log scale; 0 shown at 0.01)", "1,000"}},
-		{"peak-rss-50-nodes.svg", "Peak RSS, 50 nodes", []string{"(MiB)", "1,000"}},
-		{"requests-per-volume-50-nodes.svg", "API requests per volume, attach + idle + churn, 50 nodes", []string{"requests per volume", "1,000"}},
+		{"idle-cpu.svg", "CPU while idle for 60 s with every volume attached, 50 nodes", []string{"CPU time (s, log scale; 0 shown at 0.01)", "1,000"}},
+		{"peak-rss.svg", "Peak RSS, 50 nodes", []string{"(MiB)", "1,000"}},
+		{"requests-per-volume.svg", "API requests per volume, attach + idle + churn, 50 nodes", []string{"requests per volume", "1,000"}},
 	}
 	if len(charts) != len(want) {
 		t.Fatalf("wrote %d charts %v, want %d", len(charts), charts, len(want))
@@ -126,6 +126,72 @@ func svgTexts(path string) ([]string, error) {
 	return texts, nil
 }
 
+// TestScaleChartsNodes: the charts against the number of volumes name the number
+// of nodes of each point when it varies, and draw a line per number of nodes when
+// one number of volumes ran on several.
+func TestScaleChartsNodes(t *testing.T) {
+	run := func(c controllerKind, volumes, nodes int) chartRun {
+		return chartRun{
+			Controller: c, Rate: rate{QPS: 200, Burst: 300}, Volumes: volumes, Nodes: nodes, Idle: time.Minute,
+			PodToStatus: []time.Duration{time.Second}, PeakRSS: 50 << 20, RequestsPerVolume: 4,
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		runs      []chartRun
+		title     string
+		texts     []string
+		noTexts   []string
+		latencies int
+	}{
+		{
+			name:      "one number of nodes per number of volumes",
+			runs:      []chartRun{run(thisController, 1000, 100), run(upstreamController, 1000, 100), run(thisController, 10000, 1000), run(upstreamController, 10000, 1000)},
+			title:     "Peak RSS",
+			texts:     []string{"on 100 nodes", "on 1,000 nodes", "this, QPS/burst 200/300", "upstream, QPS/burst 200/300"},
+			noTexts:   []string{"200/300, 100 nodes"},
+			latencies: 2,
+		},
+		{
+			name:      "one number of volumes on two numbers of nodes",
+			runs:      []chartRun{run(thisController, 100, 50), run(thisController, 1000, 50), run(thisController, 1000, 1000)},
+			title:     "Peak RSS",
+			texts:     []string{"this, QPS/burst 200/300, 50 nodes", "this, QPS/burst 200/300, 1,000 nodes"},
+			noTexts:   []string{"on 50 nodes"},
+			latencies: 3,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			charts, err := writeCharts(dir, tc.runs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(charts) != tc.latencies+3 {
+				t.Fatalf("wrote %v, want %d latency charts and 3 others", charts, tc.latencies)
+			}
+			rss := charts[tc.latencies+1]
+			if rss != (chart{File: "peak-rss.svg", Title: tc.title}) {
+				t.Fatalf("chart %+v, want peak-rss.svg titled %q", rss, tc.title)
+			}
+			texts, err := svgTexts(filepath.Join(dir, rss.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tc.texts {
+				if !slices.Contains(texts, s) {
+					t.Errorf("no text %q; texts: %q", s, texts)
+				}
+			}
+			for _, s := range tc.noTexts {
+				if slices.ContainsFunc(texts, func(text string) bool { return strings.Contains(text, s) }) {
+					t.Errorf("text %q drawn; texts: %q", s, texts)
+				}
+			}
+		})
+	}
+}
+
 func TestWriteChartsNeedsRuns(t *testing.T) {
 	if _, err := writeCharts(t.TempDir(), nil); err == nil {
 		t.Error("no error drawing no runs")
@@ -146,6 +212,26 @@ func TestLogTicks(t *testing.T) {
 			if tick.Label != "" {
 				labels = append(labels, tick.Label)
 			}
+		}
+		if !slices.Equal(labels, tc.want) {
+			t.Errorf("ticks from %g to %g labelled %q, want %q", tc.lo, tc.hi, labels, tc.want)
+		}
+	}
+}
+
+func TestLinearTicks(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 8, []string{"0", "2", "4", "6", "8"}},
+		{0, 163, []string{"0", "50", "100", "150"}},
+		{0, 1.37, []string{"0", "0.5", "1"}},
+		{0, 0.7, []string{"0", "0.2", "0.4", "0.6"}},
+	} {
+		var labels []string
+		for _, tick := range (linearTicks{}).Ticks(tc.lo, tc.hi) {
+			labels = append(labels, tick.Label)
 		}
 		if !slices.Equal(labels, tc.want) {
 			t.Errorf("ticks from %g to %g labelled %q, want %q", tc.lo, tc.hi, labels, tc.want)
@@ -240,7 +326,7 @@ func TestRedrawCharts(t *testing.T) {
 	if lines[0] != want {
 		t.Errorf("first line %q, want %q", lines[0], want)
 	}
-	for _, name := range []string{"latency-100-volumes-50-nodes.svg", "requests-per-volume-50-nodes.svg"} {
+	for _, name := range []string{"latency-100-volumes-50-nodes.svg", "requests-per-volume.svg"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("chart not drawn beside %s: %v", resultsFile, err)
 		}
