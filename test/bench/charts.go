@@ -45,6 +45,7 @@ type chartRun struct {
 	RequestsPerVolume float64
 }
 
+// chartRunsOf reads the runs this invocation measured.
 func chartRunsOf(list []*result) []chartRun {
 	runs := make([]chartRun, 0, len(list))
 	for _, r := range list {
