@@ -13,7 +13,8 @@ import (
 
 // TestSmallRun runs the whole benchmark on a small workload so that the harness
 // keeps working: 50 volumes on 10 nodes, a short idle period, 10 pods moved with a
-// 3 s lease, one rate, both controllers. Run with -v to see the table.
+// 3 s lease, one rate, both controllers, and draws its charts. Run with -v to see
+// the table.
 func TestSmallRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two control planes and both controllers")
@@ -40,6 +41,9 @@ func TestSmallRun(t *testing.T) {
 	var table strings.Builder
 	newResults(s, list).write(&table)
 	t.Log("\n" + table.String())
+	if _, err := writeCharts(t.TempDir(), chartRunsOf(list)); err != nil {
+		t.Errorf("drawing the charts: %v", err)
+	}
 
 	for _, r := range list {
 		created := r.requests[attachPhase][testenv.RequestKey{User: r.cfg.Controller.userName(), Verb: "create", Resource: "volumeattachments"}]

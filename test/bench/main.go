@@ -25,11 +25,14 @@
 // It prints Markdown tables of both controllers' figures and their ratio, and the
 // controllers' API requests per volume by verb and resource, counted from the
 // audit log; with -out it also writes them, and results.json (Results), to a
-// directory.
+// directory, and draws SVG charts of pod → node status latency, idle CPU, peak RSS
+// and API requests per volume there or in -charts-dir (-charts-from redraws them
+// from a saved results.json).
 package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -63,6 +66,8 @@ func mainErr() error {
 		out         = flag.String("out", "", "Directory to write the tables ("+tablesFile+") and "+resultsFile+" to, besides printing the tables.")
 		s           = suite{Progress: os.Stderr}
 		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
+		chartsDir   = flag.String("charts-dir", "", "Directory to draw SVG charts of the results in, linked from the Markdown printed; by default -out's, none if both are empty.")
+		chartsFrom  = flag.String("charts-from", "", "Draw the charts of a saved "+resultsFile+" into -charts-dir (by default the file's directory) instead of running.")
 	)
 	flag.IntVar(&s.Nodes, "nodes", 0, fmt.Sprintf("Simulated nodes; pods are spread over them round-robin. 0: one per ten volumes, at least %d.", minNodes))
 	flag.DurationVar(&s.Idle, "idle", 60*time.Second, "Idle period with every volume attached.")
@@ -74,6 +79,9 @@ func mainErr() error {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *chartsFrom != "" {
+		return redrawCharts(os.Stdout, *chartsFrom, *chartsDir)
 	}
 	var err error
 	if s.Volumes, err = parseList(*volumes, func(v string) (int, error) {
@@ -141,13 +149,18 @@ func mainErr() error {
 	var tables strings.Builder
 	writeReport(&tables, record, newResults(s, list))
 	fmt.Print(tables.String())
-	if *out == "" {
-		return nil
+	if *out != "" {
+		if err := os.WriteFile(filepath.Join(*out, tablesFile), []byte(tables.String()), 0o644); err != nil {
+			return fmt.Errorf("writing tables: %w", err)
+		}
+		if err := writeResults(filepath.Join(*out, resultsFile), record); err != nil {
+			return err
+		}
 	}
-	if err := os.WriteFile(filepath.Join(*out, tablesFile), []byte(tables.String()), 0o644); err != nil {
-		return fmt.Errorf("writing tables: %w", err)
+	if dir := cmp.Or(*chartsDir, *out); dir != "" {
+		return drawCharts(os.Stdout, dir, chartRunsOf(list))
 	}
-	return writeResults(filepath.Join(*out, resultsFile), record)
+	return nil
 }
 
 // tablesFile is the name of the Markdown tables -out writes.
