@@ -26,6 +26,11 @@ type suite struct {
 	// PhaseTimeout, AttacherWorkers, KubeletWorkers and Clients: see runConfig.
 	PhaseTimeout                             time.Duration
 	AttacherWorkers, KubeletWorkers, Clients int
+	// Profile: see runConfig.
+	Profile time.Duration
+	// ThisBinary, if set, is the executable of this controller to run instead of
+	// building it from the working tree (to compare two builds).
+	ThisBinary string
 	// Dir receives one directory per run.
 	Dir string
 	// Progress receives a line per run.
@@ -36,7 +41,7 @@ type suite struct {
 // combination, the controllers one after the other for each workload and rate so
 // that both see the machine in the same state.
 func (s suite) run(ctx context.Context) ([]*result, error) {
-	bins, err := findExecutables(ctx)
+	bins, err := findExecutables(ctx, s.ThisBinary)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +64,7 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 					AttacherWorkers: s.AttacherWorkers,
 					KubeletWorkers:  s.KubeletWorkers,
 					Clients:         s.Clients,
+					Profile:         s.Profile,
 					Dir:             filepath.Join(s.Dir, fmt.Sprintf("%s-%d-qps%g-burst%d", kind, volumes, r.QPS, r.Burst)),
 				}
 				if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -94,13 +100,15 @@ func (s suite) nodesFor(volumes int) int {
 	return max(volumes/10, minNodes)
 }
 
-// findExecutables builds this controller and finds (building it on first use)
-// kube-controller-manager.
-func findExecutables(ctx context.Context) (executables, error) {
-	var bins executables
+// findExecutables builds this controller, unless given its executable, and finds
+// (building it on first use) kube-controller-manager.
+func findExecutables(ctx context.Context, this string) (executables, error) {
+	bins := executables{this: this}
 	var err error
-	if bins.this, err = binaries.Controller(ctx); err != nil {
-		return bins, err
+	if bins.this == "" {
+		if bins.this, err = binaries.Controller(ctx); err != nil {
+			return bins, err
+		}
 	}
 	bins.upstream, err = binaries.Tool(ctx, binaries.KubeControllerManager)
 	return bins, err

@@ -73,6 +73,10 @@ type runConfig struct {
 	// AttacherWorkers and KubeletWorkers size the simulators; Clients is how many
 	// requests the load generator has in flight.
 	AttacherWorkers, KubeletWorkers, Clients int
+	// Profile, if not zero, is the length of the CPU profile of this controller
+	// taken from the start of the attach phase; its heap is profiled after the idle
+	// period (see profile.go).
+	Profile time.Duration
 	// Dir holds the controller's kubeconfig and logs.
 	Dir string
 	// Progress receives a line per step.
@@ -155,6 +159,8 @@ type world struct {
 	ctrl *proc.Process
 	live []*proc.Process
 	all  []*proc.Process
+	// profiler reaches ctrl's profiles with -profile, else nil.
+	profiler *profiler
 }
 
 // run measures one controller on a control plane of its own.
@@ -203,7 +209,16 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 			err = fmt.Errorf("%w\ncontroller logs: %s", err, w.logPaths())
 		}
 	}()
-	if w.ctrl, err = w.startController("controller", nil); err != nil {
+	var extra []string
+	if cfg.Profile > 0 && cfg.Controller == thisController {
+		addr, err := freeAddress()
+		if err != nil {
+			return nil, err
+		}
+		w.profiler = &profiler{addr: addr, dir: cfg.Dir}
+		extra = []string{"--http-endpoint=" + addr, "--enable-pprof"}
+	}
+	if w.ctrl, err = w.startController("controller", nil, extra...); err != nil {
 		return nil, err
 	}
 	if err := w.warmUp(ctx); err != nil {
@@ -314,14 +329,14 @@ func (w *world) bulk(ctx context.Context, what string, n int, f func(i int) erro
 }
 
 // startController starts a controller process, logging to name.log, with leader
-// election when lease is not nil.
-func (w *world) startController(name string, lease *leaseTimings) (*proc.Process, error) {
+// election when lease is not nil and the extra arguments.
+func (w *world) startController(name string, lease *leaseTimings, extra ...string) (*proc.Process, error) {
 	binary := w.cfg.Executables.this
 	if w.cfg.Controller == upstreamController {
 		binary = w.cfg.Executables.upstream
 	}
 	p, err := proc.Start(fmt.Sprintf("%s controller (%s)", w.cfg.Controller, name), filepath.Join(w.cfg.Dir, name+".log"), binary,
-		controllerArgs(w.cfg.Controller, w.kubeconfig, w.cfg.Rate, lease)...)
+		append(controllerArgs(w.cfg.Controller, w.kubeconfig, w.cfg.Rate, lease), extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -386,6 +401,10 @@ func (w *world) warmUp(ctx context.Context) error {
 // and for the SuccessfulAttachVolume events.
 func (w *world) measureAttach(ctx context.Context, res *result, windows *[numPhases]window) error {
 	windows[attachPhase].from = time.Now()
+	waitProfile := func() error { return nil }
+	if w.profiler != nil {
+		waitProfile = w.profiler.startCPU(ctx, cpuProfileFile, w.cfg.Profile)
+	}
 	if err := w.bulk(ctx, "attach: pods created", len(w.volumes), func(i int) error {
 		return w.createPod(ctx, w.volumes[i], w.volumes[i], w.nodes[i%len(w.nodes)])
 	}); err != nil {
@@ -406,7 +425,7 @@ func (w *world) measureAttach(ctx context.Context, res *result, windows *[numPha
 	}
 	res.podsWithEvent = w.observer.withAttachEvent(w.volumes)
 	windows[attachPhase].to = time.Now()
-	return nil
+	return waitProfile()
 }
 
 // measureSteady idles with every volume attached, measuring the controller's CPU
@@ -436,6 +455,9 @@ func (w *world) measureSteady(ctx context.Context, res *result, windows *[numPha
 	}
 	windows[idlePhase].to = time.Now()
 	w.progressf("steady: %s of CPU in %s, peak RSS %d MiB", res.idleCPU, w.cfg.Idle, res.peakRSS>>20)
+	if w.profiler != nil {
+		return w.profiler.heap(ctx, heapProfileFile)
+	}
 	return nil
 }
 
