@@ -1,17 +1,21 @@
 package controller
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // trimObject drops, before an object enters the informer's cache, what the
 // controller never reads: managedFields everywhere, the large parts of pods and
-// nodes (container specs, conditions, a node's list of images), which dominate the
-// memory of a large cluster's informers, and all but the volume's identity,
-// access modes and binding of PVs, claims and VolumeAttachments, which a cluster
-// has by the ten thousand.
+// nodes (container specs, conditions, a node's labels, system info and list of
+// images), which dominate the memory of a large cluster's informers, and all but
+// the volume's identity, access modes and binding of PVs, claims and
+// VolumeAttachments, which a cluster has by the ten thousand.
 func trimObject(obj any) (any, error) {
 	if accessor, err := meta.Accessor(obj); err == nil {
 		accessor.SetManagedFields(nil)
@@ -20,7 +24,7 @@ func trimObject(obj any) (any, error) {
 	case *v1.Pod:
 		trimPod(o)
 	case *v1.Node:
-		o.Status.Images = nil
+		trimNode(o)
 	case *v1.PersistentVolume:
 		trimPV(o)
 	case *v1.PersistentVolumeClaim:
@@ -53,6 +57,28 @@ func containerStates(statuses []v1.ContainerStatus) []v1.ContainerStatus {
 		out[i] = v1.ContainerStatus{Name: s.Name, State: s.State}
 	}
 	return out
+}
+
+// trimNode keeps what the node register, node status writes and the force-detach
+// rules read: the controller-managed annotation, the taints, whether the node is
+// Ready, and the volumes attached and in use. Labels, the other annotations and
+// conditions, addresses, capacity, system info and images go.
+func trimNode(node *v1.Node) {
+	managed, isSet := node.Annotations[cache.ManagedAnnotation]
+	node.Annotations, node.Labels = nil, nil
+	if isSet {
+		node.Annotations = map[string]string{cache.ManagedAnnotation: managed}
+	}
+	node.Spec = v1.NodeSpec{Taints: node.Spec.Taints}
+	var conditions []v1.NodeCondition
+	if i := slices.IndexFunc(node.Status.Conditions, func(c v1.NodeCondition) bool { return c.Type == v1.NodeReady }); i >= 0 {
+		conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: node.Status.Conditions[i].Status}}
+	}
+	node.Status = v1.NodeStatus{
+		Conditions:      conditions,
+		VolumesAttached: node.Status.VolumesAttached,
+		VolumesInUse:    node.Status.VolumesInUse,
+	}
 }
 
 // trimPV keeps what identifying a PV's volume takes: its source (of a CSI source,

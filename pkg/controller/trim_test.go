@@ -153,6 +153,20 @@ func TestTrimObjectKeepsWhatTheControllerReadsOfVolumes(t *testing.T) {
 			},
 			want: &storagev1.VolumeAttachment{ObjectMeta: keptMeta("csi-0123", ""), Spec: vaSpec, Status: vaErrors},
 		},
+		{
+			name: "node: managed annotation, taints, Ready, volumes attached and in use",
+			full: fullNode(),
+			want: &v1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "uid-node-1", ResourceVersion: "42",
+					Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
+				Spec: v1.NodeSpec{Taints: fullNode().Spec.Taints},
+				Status: v1.NodeStatus{
+					Conditions:      []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionFalse}},
+					VolumesAttached: fullNode().Status.VolumesAttached,
+					VolumesInUse:    fullNode().Status.VolumesInUse,
+				},
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			full := tc.full.DeepCopyObject()
@@ -163,8 +177,11 @@ func TestTrimObjectKeepsWhatTheControllerReadsOfVolumes(t *testing.T) {
 			if !equality.Semantic.DeepEqual(got, tc.want) {
 				t.Errorf("trimmed object differs from what the controller reads (- got, + want):\n%s", diff.Diff(got, tc.want))
 			}
-			if pv, ok := full.(*v1.PersistentVolume); ok {
-				sameVolume(t, pv, got.(*v1.PersistentVolume))
+			switch full := full.(type) {
+			case *v1.PersistentVolume:
+				sameVolume(t, full, got.(*v1.PersistentVolume))
+			case *v1.Node:
+				sameNode(t, full, got.(*v1.Node))
 			}
 		})
 	}
@@ -184,5 +201,54 @@ func sameVolume(t *testing.T, full, trimmed *v1.PersistentVolume) {
 	gotVol, gotOK, gotErr := p.VolumeOfPV(trimmed)
 	if !equality.Semantic.DeepEqual(gotVol, wantVol) || gotOK != wantOK || (gotErr == nil) != (wantErr == nil) {
 		t.Errorf("trimmed PV is volume %+v, %v, %v; the full one %+v, %v, %v", gotVol, gotOK, gotErr, wantVol, wantOK, wantErr)
+	}
+}
+
+// fullNode is a node as kubelet and a cloud provider leave it.
+func fullNode() *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "node-1", UID: "uid-node-1", ResourceVersion: "42",
+			Labels: map[string]string{v1.LabelHostname: "node-1", v1.LabelTopologyZone: "zone-a", v1.LabelInstanceTypeStable: "n2-standard-8"},
+			Annotations: map[string]string{
+				cache.ManagedAnnotation:           "true",
+				"csi.volume.kubernetes.io/nodeid": `{"example.csi.k8s.io":"node-1"}`,
+				"node.alpha.kubernetes.io/ttl":    "0",
+			},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+		},
+		Spec: v1.NodeSpec{
+			PodCIDR: "10.0.1.0/24", ProviderID: "gce://p/zone-a/node-1",
+			Taints: []v1.Taint{
+				{Key: cache.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute},
+				{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoSchedule},
+			},
+		},
+		Status: v1.NodeStatus{
+			Capacity:  v1.ResourceList{v1.ResourceCPU: resource.MustParse("8")},
+			Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.1"}},
+			Conditions: []v1.NodeCondition{
+				{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: deletedAt},
+				{Type: v1.NodeReady, Status: v1.ConditionFalse, Reason: "KubeletNotReady", Message: "container runtime is down", LastHeartbeatTime: deletedAt},
+			},
+			NodeInfo:        v1.NodeSystemInfo{KubeletVersion: "v1.37.1", OSImage: "Container-Optimized OS"},
+			Images:          []v1.ContainerImage{{Names: []string{"registry.example/app:1"}, SizeBytes: 1 << 20}},
+			VolumesAttached: []v1.AttachedVolume{{Name: "kubernetes.io/csi/example.csi.k8s.io^vol-1", DevicePath: ""}},
+			VolumesInUse:    []v1.UniqueVolumeName{"kubernetes.io/csi/example.csi.k8s.io^vol-1"},
+		},
+	}
+}
+
+// sameNode checks that the trimmed node means the same to the node register and
+// the force-detach rules as the full one.
+func sameNode(t *testing.T, full, trimmed *v1.Node) {
+	t.Helper()
+	if got, want := cache.NodeFromObject(trimmed), cache.NodeFromObject(full); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("trimmed node reads as %+v, the full one as %+v", got, want)
+	}
+	for _, rule := range []cache.ForceRule{cache.ForcedOutOfService, cache.ForcedOnTimeout, cache.ForcedOnShutdown} {
+		if rule.Holds(trimmed) != rule.Holds(full) {
+			t.Errorf("rule %s holds on the trimmed node: %v, on the full one: %v", rule, rule.Holds(trimmed), rule.Holds(full))
+		}
 	}
 }
