@@ -39,13 +39,10 @@ func Run(ctx context.Context, o *Options) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting", "version", version.String())
 
-	base, err := restConfig(o.Kubeconfig)
+	base, err := clientConfig(o)
 	if err != nil {
 		return err
 	}
-	base.UserAgent = "attachdetach-controller/" + version.Version
-	base.ContentType = o.ContentType
-	base.AcceptContentTypes = acceptContentTypes(o.ContentType)
 	if o.Controller.Shadow {
 		logger.Info("Shadow mode: deciding and comparing with the cluster, writing nothing", "grace", o.Controller.ShadowGrace)
 		base.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
@@ -265,6 +262,19 @@ func newClient(base *rest.Config, purpose string, limiter flowcontrol.RateLimite
 		return nil, fmt.Errorf("creating the %s client: %w", purpose, err)
 	}
 	return client, nil
+}
+
+// clientConfig is the configuration every client of the controller is made
+// from (see newClient): API, node status, events and leader election.
+func clientConfig(o *Options) (*rest.Config, error) {
+	base, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	base.UserAgent = "attachdetach-controller/" + version.Version
+	base.ContentType = o.ContentType
+	base.AcceptContentTypes = acceptContentTypes(o.ContentType)
+	return base, nil
 }
 
 // acceptContentTypes is what the controller accepts in answers: what it sends and,
