@@ -69,7 +69,12 @@ func keptPVSpec(src v1.PersistentVolumeSource) v1.PersistentVolumeSpec {
 
 var pvStatus = v1.PersistentVolumeStatus{Phase: v1.VolumeBound, Message: "bound", LastPhaseTransitionTime: &deletedAt}
 
-func TestTrimObjectKeepsWhatTheControllerReadsOfVolumes(t *testing.T) {
+// TestTrimObjectKeepsOnlyWhatTheControllerReads: each PV, claim, VolumeAttachment
+// and node, with every field set, trims to exactly the fields the populator, the
+// reconciler's state, rebuild, shadow mode and the snapshot explanations read;
+// a trimmed PV comes to the same volume and a trimmed node to the same register
+// entry and force-detach rules as the full one.
+func TestTrimObjectKeepsOnlyWhatTheControllerReads(t *testing.T) {
 	csi := &v1.CSIPersistentVolumeSource{
 		Driver: testDriver, VolumeHandle: "vol-1", FSType: "ext4", ReadOnly: true,
 		VolumeAttributes:           map[string]string{"storage.kubernetes.io/csiProvisionerIdentity": "1-2-3", "tier": "gold"},
