@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -350,45 +349,4 @@ func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (cache.Volum
 // only with what the controller reads (see trimObject).
 func NewInformerFactory(client kubernetes.Interface) informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimObject))
-}
-
-// trimObject drops, before an object enters the informer's cache, what the
-// controller never reads: managedFields everywhere, and the large parts of pods and
-// nodes (container specs, conditions, a node's list of images), which dominate the
-// memory of a large cluster's informers.
-func trimObject(obj any) (any, error) {
-	if accessor, err := meta.Accessor(obj); err == nil {
-		accessor.SetManagedFields(nil)
-	}
-	switch o := obj.(type) {
-	case *v1.Pod:
-		trimPod(o)
-	case *v1.Node:
-		o.Status.Images = nil
-	}
-	return obj, nil
-}
-
-// trimPod keeps what deciding which volumes a pod needs takes: its identity and
-// deletion, node, volumes, phase and whether each container runs.
-func trimPod(pod *v1.Pod) {
-	pod.Annotations = nil
-	pod.Spec = v1.PodSpec{NodeName: pod.Spec.NodeName, Volumes: pod.Spec.Volumes}
-	pod.Status = v1.PodStatus{
-		Phase:                      pod.Status.Phase,
-		InitContainerStatuses:      containerStates(pod.Status.InitContainerStatuses),
-		ContainerStatuses:          containerStates(pod.Status.ContainerStatuses),
-		EphemeralContainerStatuses: containerStates(pod.Status.EphemeralContainerStatuses),
-	}
-}
-
-func containerStates(statuses []v1.ContainerStatus) []v1.ContainerStatus {
-	if len(statuses) == 0 {
-		return nil
-	}
-	out := make([]v1.ContainerStatus, len(statuses))
-	for i, s := range statuses {
-		out[i] = v1.ContainerStatus{Name: s.Name, State: s.State}
-	}
-	return out
 }

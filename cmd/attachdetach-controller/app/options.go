@@ -19,7 +19,11 @@ import (
 type Options struct {
 	Kubeconfig   string
 	HTTPEndpoint string
+	EnablePprof  bool
 	Controller   controller.Options
+
+	// ContentType is the encoding of every request and watch to the API server.
+	ContentType string
 
 	KubeAPIQPS   float64
 	KubeAPIBurst int
@@ -45,6 +49,8 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080", "host:port of the HTTP server for /healthz, /readyz and /metrics, as the CSI sidecars name it. Empty: no server.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", false,
+		"Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-endpoint, as the CSI sidecars name it. Anyone who reaches the endpoint can read them.")
 	fs.DurationVar(&o.Controller.MaxWaitForUnmount, "max-wait-for-unmount", o.Controller.MaxWaitForUnmount,
 		"How long a volume still mounted on a node that no longer needs it stays attached before it is force-detached from a node that is not Ready.")
 	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
@@ -62,6 +68,8 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 		"How long one attach or detach waits for the CSI external-attacher before it fails and is retried with backoff.")
 	fs.IntVar(&o.Controller.Workers, "workers", o.Controller.Workers, "Volumes reconciled in parallel.")
 	fs.IntVar(&o.Controller.StatusWorkers, "status-workers", o.Controller.StatusWorkers, "Nodes whose status is written in parallel.")
+	fs.StringVar(&o.ContentType, "kube-api-content-type", protobufContentType,
+		"Content type of requests and watches sent to the API server: "+protobufContentType+" or "+jsonContentType+".")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 20, "Queries per second to the API server, events excluded.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 30, "Burst of queries to the API server, events excluded.")
 	fs.Float64Var(&o.EventQPS, "event-qps", 10, "Events per second written to the API server, on a rate limit of their own.")
@@ -93,6 +101,13 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	return o, o.Validate()
 }
 
+// The encodings the API server speaks to the controller: Kubernetes' protobuf, the
+// default of kube-controller-manager and the cheaper to decode, and JSON.
+const (
+	protobufContentType = "application/vnd.kubernetes.protobuf"
+	jsonContentType     = "application/json"
+)
+
 func defaultNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns
@@ -110,6 +125,12 @@ func (o *Options) Validate() error {
 	// disabled.
 	if o.Controller.SyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--attach-detach-reconcile-sync-period must be at least 1s, as in kube-controller-manager, got %s", o.Controller.SyncPeriod))
+	}
+	if o.ContentType != protobufContentType && o.ContentType != jsonContentType {
+		errs = append(errs, fmt.Errorf("--kube-api-content-type must be %s or %s, got %q", protobufContentType, jsonContentType, o.ContentType))
+	}
+	if o.EnablePprof && o.HTTPEndpoint == "" {
+		errs = append(errs, errors.New("--enable-pprof needs an --http-endpoint to serve on"))
 	}
 	if o.KubeAPIQPS <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))

@@ -26,7 +26,7 @@ func TestParseFlags(t *testing.T) {
 			if c.MaxWaitForUnmount != 6*time.Minute || c.SyncPeriod != time.Minute || c.OperationTimeout != 2*time.Minute ||
 				o.KubeAPIQPS != 20 || o.KubeAPIBurst != 30 || o.LeaseDuration != 15*time.Second ||
 				o.RenewDeadline != 10*time.Second || o.RetryPeriod != 2*time.Second || o.LeaderElect || c.DisableSync || c.DisableForceDetachOnTimeout ||
-				o.HTTPEndpoint != ":8080" {
+				o.HTTPEndpoint != ":8080" || o.EnablePprof || o.ContentType != "application/vnd.kubernetes.protobuf" {
 				t.Errorf("defaults = %+v", o)
 			}
 		}},
@@ -36,13 +36,15 @@ func TestParseFlags(t *testing.T) {
 			"--kube-api-qps=200", "--kube-api-burst=300", "--event-qps=5", "--event-burst=7", "--workers=3", "--status-workers=2",
 			"--leader-elect", "--leader-elect-lease-duration=20s", "--leader-elect-renew-deadline=15s", "--leader-elect-retry-period=3s",
 			"--leader-elect-resource-name=adc", "--leader-elect-resource-namespace=storage", "--http-endpoint=127.0.0.1:9090", "-v=3",
+			"--kube-api-content-type=application/json", "--enable-pprof",
 		}, check: func(t *testing.T, o *Options) {
 			c := o.Controller
 			if o.Kubeconfig != "/k" || c.MaxWaitForUnmount != 30*time.Second || c.SyncPeriod != 5*time.Minute || !c.DisableSync ||
 				!c.DisableForceDetachOnTimeout || c.OperationTimeout != time.Minute || o.KubeAPIQPS != 200 || o.KubeAPIBurst != 300 ||
 				o.EventQPS != 5 || o.EventBurst != 7 || c.Workers != 3 || c.StatusWorkers != 2 || !o.LeaderElect ||
 				o.LeaseDuration != 20*time.Second || o.RenewDeadline != 15*time.Second || o.RetryPeriod != 3*time.Second ||
-				o.LeaderElectionName != "adc" || o.LeaderElectionNamespace != "storage" || o.HTTPEndpoint != "127.0.0.1:9090" {
+				o.LeaderElectionName != "adc" || o.LeaderElectionNamespace != "storage" || o.HTTPEndpoint != "127.0.0.1:9090" ||
+				o.ContentType != "application/json" || !o.EnablePprof {
 				t.Errorf("parsed = %+v", o)
 			}
 		}},
@@ -66,6 +68,9 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("HTTPEndpoint = %q", o.HTTPEndpoint)
 			}
 		}},
+		{name: "content type neither protobuf nor JSON", args: []string{"--kube-api-content-type=application/yaml"},
+			wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "application/yaml"`},
+		{name: "pprof without an HTTP server", args: []string{"--enable-pprof", "--http-endpoint="}, wantErr: "--enable-pprof needs an --http-endpoint"},
 		{name: "the old --bind-address is gone", args: []string{"--bind-address=:8080"}, wantErr: "flag provided but not defined"},
 		{name: "help", args: []string{"--help"}, wantErr: "help requested"},
 		{name: "zero operation timeout", args: []string{"--operation-timeout=0"}, wantErr: "operation timeout must be positive"},
@@ -133,6 +138,8 @@ func TestHelpGroupsTheFlags(t *testing.T) {
 		{"--attach-detach-reconcile-sync-period ", kcm, own},
 		{"--leader-elect-resource-namespace ", kcm, own},
 		{"--kube-api-qps ", kcm, own},
+		{"--kube-api-content-type ", kcm, own},
+		{"--enable-pprof", own, logging},
 		{"--http-endpoint ", own, logging},
 		{"--max-wait-for-unmount ", own, logging},
 		{"--workers ", own, logging},

@@ -39,13 +39,10 @@ func Run(ctx context.Context, o *Options) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting", "version", version.String())
 
-	base, err := restConfig(o.Kubeconfig)
+	base, err := clientConfig(o)
 	if err != nil {
 		return err
 	}
-	base.UserAgent = "attachdetach-controller/" + version.Version
-	base.ContentType = "application/vnd.kubernetes.protobuf"
-	base.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	if o.Controller.Shadow {
 		logger.Info("Shadow mode: deciding and comparing with the cluster, writing nothing", "grace", o.Controller.ShadowGrace)
 		base.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
@@ -86,7 +83,14 @@ func Run(ctx context.Context, o *Options) error {
 		electionCheck = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
 	if o.HTTPEndpoint != "" {
-		srv, err := serve(ctx, o.HTTPEndpoint, m, electionCheck, func() bool { return !leading.Load() || ready.Load() }, explainHandler(running.Load))
+		endpoints := httpEndpoints{
+			metrics:   m,
+			election:  electionCheck,
+			ready:     func() bool { return !leading.Load() || ready.Load() },
+			explainer: explainHandler(running.Load),
+			pprof:     o.EnablePprof,
+		}
+		srv, err := serve(ctx, o.HTTPEndpoint, endpoints.handler())
 		if err != nil {
 			return err
 		}
@@ -267,6 +271,29 @@ func newClient(base *rest.Config, purpose string, limiter flowcontrol.RateLimite
 	return client, nil
 }
 
+// clientConfig is the configuration every client of the controller is made
+// from (see newClient): API, node status, events and leader election.
+func clientConfig(o *Options) (*rest.Config, error) {
+	base, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	base.UserAgent = "attachdetach-controller/" + version.Version
+	base.ContentType = o.ContentType
+	base.AcceptContentTypes = acceptContentTypes(o.ContentType)
+	return base, nil
+}
+
+// acceptContentTypes is what the controller accepts in answers: what it sends and,
+// with protobuf, JSON too, which the API server answers with for the few objects
+// that have no protobuf encoding.
+func acceptContentTypes(contentType string) string {
+	if contentType == protobufContentType {
+		return protobufContentType + "," + jsonContentType
+	}
+	return contentType
+}
+
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		cfg, err := rest.InClusterConfig()
@@ -282,13 +309,24 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// serve starts the HTTP server for probes, metrics and the leader's
-// explanations.
-func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leaderelection.HealthzAdaptor, ready func() bool, explainer http.Handler) (*http.Server, error) {
+// httpEndpoints are what --http-endpoint serves.
+type httpEndpoints struct {
+	metrics *metrics.Metrics
+	// election, with leader election, fails /healthz when the lease renewal is
+	// stuck.
+	election *leaderelection.HealthzAdaptor
+	ready    func() bool
+	// explainer answers explanations from the leader's live state.
+	explainer http.Handler
+	// pprof adds Go's profiles (--enable-pprof).
+	pprof bool
+}
+
+func (e httpEndpoints) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if election != nil {
-			if err := election.Check(r); err != nil {
+		if e.election != nil {
+			if err := e.election.Check(r); err != nil {
 				http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -296,19 +334,27 @@ func serve(ctx context.Context, addr string, m *metrics.Metrics, election *leade
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
+		if !e.ready() {
 			http.Error(w, "leading, state not rebuilt yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.Handle(ExplainPath, explainer)
+	mux.Handle("/metrics", promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle(ExplainPath, e.explainer)
+	if e.pprof {
+		servePprof(mux)
+	}
+	return mux
+}
+
+// serve starts the HTTP server on addr.
+func serve(ctx context.Context, addr string, handler http.Handler) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on --http-endpoint %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.FromContext(ctx).Error(err, "HTTP server stopped")

@@ -12,6 +12,7 @@ var kcmFlags = map[string]bool{
 	"kubeconfig":                           true,
 	"kube-api-qps":                         true,
 	"kube-api-burst":                       true,
+	"kube-api-content-type":                true,
 	"attach-detach-reconcile-sync-period":  true,
 	"disable-attach-detach-reconcile-sync": true,
 	"disable-force-detach-on-timeout":      true,
@@ -27,6 +28,7 @@ var kcmFlags = map[string]bool{
 // ownFlags are the flags kube-controller-manager does not have.
 var ownFlags = map[string]bool{
 	"http-endpoint":                   true,
+	"enable-pprof":                    true,
 	"max-wait-for-unmount":            true,
 	"max-wait-for-unmount-per-driver": true,
 	"detach-on-shutdown-taint":        true,
