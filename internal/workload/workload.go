@@ -82,6 +82,10 @@ type VolumeOptions struct {
 	// InTree is an in-tree iSCSI or Fibre Channel source for the PersistentVolume
 	// instead of a CSI one.
 	InTree *corev1.PersistentVolumeSource
+	// Claim and PV, if set, change the claim and the PersistentVolume before they
+	// are created (what a provisioner and the PersistentVolume controller add).
+	Claim func(*corev1.PersistentVolumeClaim)
+	PV    func(*corev1.PersistentVolume)
 }
 
 // NewVolume names the volume of a claim, <namespace>-<claim>, without making anything.
@@ -117,6 +121,9 @@ func (w *Workload) CreateVolume(ctx context.Context, claim string, o VolumeOptio
 			Resources:   corev1.VolumeResourceRequirements{Requests: volumeSize},
 		},
 	}
+	if o.Claim != nil {
+		o.Claim(pvc)
+	}
 	claims := w.Client.CoreV1().PersistentVolumeClaims(w.Namespace)
 	created, err := claims.Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
@@ -133,11 +140,15 @@ func (w *Workload) CreateVolume(ctx context.Context, claim string, o VolumeOptio
 	if o.ClaimUID != "" {
 		uid = o.ClaimUID
 	}
-	return v, w.CreatePV(ctx, v, uid)
+	return v, w.createPV(ctx, v, uid, o.PV)
 }
 
 // CreatePV creates the volume's PersistentVolume, bound to the claim with claimUID.
 func (w *Workload) CreatePV(ctx context.Context, v Volume, claimUID types.UID) error {
+	return w.createPV(ctx, v, claimUID, nil)
+}
+
+func (w *Workload) createPV(ctx context.Context, v Volume, claimUID types.UID, change func(*corev1.PersistentVolume)) error {
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: v.PV},
 		Spec: corev1.PersistentVolumeSpec{
@@ -154,6 +165,9 @@ func (w *Workload) CreatePV(ctx context.Context, v Volume, claimUID types.UID) e
 	}
 	if v.InTree != nil {
 		pv.Spec.PersistentVolumeSource = *v.InTree
+	}
+	if change != nil {
+		change(pv)
 	}
 	created, err := w.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err != nil {

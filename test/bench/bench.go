@@ -26,7 +26,8 @@ type suite struct {
 	// PhaseTimeout, AttacherWorkers, KubeletWorkers and Clients: see runConfig.
 	PhaseTimeout                             time.Duration
 	AttacherWorkers, KubeletWorkers, Clients int
-	// Profile: see runConfig.
+	// Objects and Profile: see runConfig.
+	Objects objects
 	Profile time.Duration
 	// ThisBinary, if set, is the executable of this controller to run instead of
 	// building it from the working tree (to compare two builds).
@@ -65,6 +66,7 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 					KubeletWorkers:  s.KubeletWorkers,
 					Clients:         s.Clients,
 					Profile:         s.Profile,
+					Objects:         s.Objects,
 					Dir:             filepath.Join(s.Dir, fmt.Sprintf("%s-%d-qps%g-burst%d", kind, volumes, r.QPS, r.Burst)),
 				}
 				if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {

@@ -31,6 +31,7 @@ func TestSmallRun(t *testing.T) {
 		AttacherWorkers: 16,
 		KubeletWorkers:  8,
 		Clients:         16,
+		Objects:         realisticObjects,
 		Dir:             t.TempDir(),
 		Progress:        logWriter{t},
 	}

@@ -67,6 +67,7 @@ func mainErr() error {
 		s           = suite{Progress: os.Stderr}
 		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
 		chartsDir   = flag.String("charts-dir", "", "Directory to draw SVG charts of the results in, linked from the Markdown printed; by default -out's, none if both are empty.")
+		objectsFlag = flag.String("objects", string(realisticObjects), "What nodes, pods, claims and PersistentVolumes carry: realistic (what kubelet, a StatefulSet and a CSI provisioner put in them) or minimal (what attach/detach reads).")
 		chartsFrom  = flag.String("charts-from", "", "Draw the charts of a saved "+resultsFile+" into -charts-dir (by default the file's directory) instead of running.")
 	)
 	flag.IntVar(&s.Nodes, "nodes", 0, fmt.Sprintf("Simulated nodes; pods are spread over them round-robin. 0: one per ten volumes, at least %d.", minNodes))
@@ -102,6 +103,9 @@ func mainErr() error {
 		return err
 	}
 	if s.Lease, err = parseLease(*lease); err != nil {
+		return err
+	}
+	if s.Objects, err = parseObjects(*objectsFlag); err != nil {
 		return err
 	}
 	if s.Nodes < 0 || s.Nodes == 1 {
@@ -174,8 +178,8 @@ func writeReport(w io.Writer, record *Results, rs results) {
 		(time.Duration(record.TookSeconds) * time.Second).Round(time.Second), record.Command)
 	fmt.Fprintf(w, "Machine: %s. This controller at %s; upstream kube-controller-manager %s.\n",
 		record.Machine, record.ThisCommit, record.UpstreamVersion)
-	fmt.Fprintf(w, "Workload: one pod per ReadWriteOnce CSI volume, idle %s; fail-over: %d pods moved, lease duration/renew deadline/retry period %s for both.\n\n",
-		rs.suite.Idle, rs.suite.Moves, rs.suite.Lease)
+	fmt.Fprintf(w, "Workload: one pod per ReadWriteOnce CSI volume, %s objects, idle %s; fail-over: %d pods moved, lease duration/renew deadline/retry period %s for both.\n\n",
+		rs.suite.Objects, rs.suite.Idle, rs.suite.Moves, rs.suite.Lease)
 	rs.write(w)
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -73,6 +74,9 @@ type runConfig struct {
 	// AttacherWorkers and KubeletWorkers size the simulators; Clients is how many
 	// requests the load generator has in flight.
 	AttacherWorkers, KubeletWorkers, Clients int
+	// Objects says whether nodes, pods, claims and PersistentVolumes carry what
+	// they carry in a real cluster (see objects.go).
+	Objects objects
 	// Profile, if not zero, is the length of the CPU profile of this controller
 	// taken from the start of the attach phase; its heap is profiled after the idle
 	// period (see profile.go).
@@ -272,7 +276,7 @@ func (w *world) setUp(ctx context.Context) error {
 	}
 	started := time.Now()
 	if err := w.bulk(ctx, "set-up: nodes created", len(w.nodes), func(i int) error {
-		if _, err := w.client.CoreV1().Nodes().Create(ctx, sim.NewNode(w.nodes[i]), metav1.CreateOptions{}); err != nil {
+		if _, err := w.client.CoreV1().Nodes().Create(ctx, w.newNode(w.nodes[i]), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating node %s: %w", w.nodes[i], err)
 		}
 		return nil
@@ -296,9 +300,26 @@ func (w *world) setUp(ctx context.Context) error {
 	w.progressf("set-up: nodes, simulated kubelet and attacher, observer ready after %s", time.Since(started).Round(time.Millisecond))
 	all := append([]string{probe, startupProbe}, w.volumes...)
 	return w.bulk(ctx, "set-up: claims and PersistentVolumes created", len(all), func(i int) error {
-		_, err := w.workload.CreateVolume(ctx, all[i], workload.VolumeOptions{})
+		_, err := w.workload.CreateVolume(ctx, all[i], w.volumeOptions())
 		return err
 	})
+}
+
+// newNode is a node of the simulated kubelet, dressed as Objects says.
+func (w *world) newNode(name string) *corev1.Node {
+	node := sim.NewNode(name)
+	if w.cfg.Objects == realisticObjects {
+		dressNode(node)
+	}
+	return node
+}
+
+// volumeOptions dress claims and PersistentVolumes as Objects says.
+func (w *world) volumeOptions() workload.VolumeOptions {
+	if w.cfg.Objects != realisticObjects {
+		return workload.VolumeOptions{}
+	}
+	return workload.VolumeOptions{Claim: dressClaim, PV: dressPV}
 }
 
 // bulk calls f(0..n-1) from the load generator's clients, reporting progress while
@@ -640,7 +661,11 @@ func (w *world) attachFigures(res *result, start time.Time) {
 // createPod creates a pod named pod on node that uses the claim named volume, and
 // records where the volume's pod is.
 func (w *world) createPod(ctx context.Context, pod, volume, node string) error {
-	if err := w.workload.CreatePod(ctx, w.workload.Pod(pod, node, volume)); err != nil {
+	p := w.workload.Pod(pod, node, volume)
+	if w.cfg.Objects == realisticObjects {
+		dressPod(p)
+	}
+	if err := w.workload.CreatePod(ctx, p); err != nil {
 		return err
 	}
 	w.podsMu.Lock()
