@@ -104,16 +104,26 @@ func TestEnqueueWritesAfterTheBacklog(t *testing.T) {
 // TestConfirmSharesTheBatchedWrite: detaches from one node confirm with the
 // node's batched write, one patch for all of them and the attachments changed
 // in the same window, and each gets a node the API server returned without its
-// volume.
+// volume. A detach pushes the window back to the end of the backlog it saw.
 func TestConfirmSharesTheBatchedWrite(t *testing.T) {
 	tests := []struct {
 		name    string
 		backlog time.Duration
-		// asks are the delays, from the first, of the confirmations.
+		// asks are the delays, from the attachment that opens the window, of
+		// the confirmations.
 		asks      []time.Duration
 		maxWrites int
+		// firstAt is when the first write goes out.
+		firstAt time.Duration
 	}{
-		{name: "three detaches over a 1 s window: one write", backlog: time.Second, asks: []time.Duration{0, 100 * time.Millisecond, 900 * time.Millisecond}, maxWrites: 1},
+		{
+			name: "three detaches in a 1 s window: one write, once the queue the last one saw is served", backlog: time.Second,
+			asks: []time.Duration{0, 100 * time.Millisecond, 900 * time.Millisecond}, maxWrites: 1, firstAt: 1900 * time.Millisecond,
+		},
+		{
+			name: "a detach late in a long window: pushed back a minute after the window opened at most", backlog: 50 * time.Second,
+			asks: []time.Duration{0, 0, 30 * time.Second}, maxWrites: 1, firstAt: time.Minute,
+		},
 		{name: "three detaches at the same instant, nothing queued: written at once", backlog: 0, asks: []time.Duration{0, 0, 0}, maxWrites: 3},
 	}
 	for _, tc := range tests {
@@ -157,8 +167,8 @@ func TestConfirmSharesTheBatchedWrite(t *testing.T) {
 				if len(versions) > tc.maxWrites {
 					t.Errorf("confirmations answered by %d writes, want at most %d", len(versions), tc.maxWrites)
 				}
-				if got := times(); len(got) > tc.maxWrites || got[0] != tc.backlog {
-					t.Errorf("patches sent at %v, want at most %d, the first at %s", got, tc.maxWrites, tc.backlog)
+				if got := times(); len(got) > tc.maxWrites || got[0] != tc.firstAt {
+					t.Errorf("patches sent at %v, want at most %d, the first at %s", got, tc.maxWrites, tc.firstAt)
 				}
 			})
 		})

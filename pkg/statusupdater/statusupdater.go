@@ -47,7 +47,7 @@ type Updater struct {
 	mu      sync.Mutex
 	perNode map[string]*nodeRecord
 	// scheduled holds the nodes whose write is waiting for its batch window.
-	scheduled map[string]bool
+	scheduled map[string]window
 	// waiting holds, by node, the confirmations asked for that no write has
 	// answered yet.
 	waiting map[string][]*confirmation
@@ -86,7 +86,7 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node_status"}),
 		stopped:   make(chan struct{}),
 		perNode:   make(map[string]*nodeRecord),
-		scheduled: make(map[string]bool),
+		scheduled: make(map[string]window),
 		waiting:   make(map[string][]*confirmation),
 	}
 }
@@ -96,9 +96,13 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 // queued for the client's rate limit take to be served (at most maxBatchWindow).
 // With nothing queued, it is written at once. Node status writes jump that queue,
 // so when the rate limit is the bottleneck they are few and large and leave the
-// budget to the VolumeAttachment creates and deletes; a write that waited no
-// longer than the queue ahead of it has delayed nothing that was not waiting
-// anyway.
+// budget to the VolumeAttachment creates and deletes.
+//
+// A change that reports an attachment joins the window the node already has:
+// kubelet waits for it. A detach may push the window back to the end of the
+// queue as it stands when the detach asks: its delete would wait behind that queue
+// anyway, and the detaches of one node, which kubelet frees one pod at a time,
+// then share one write. No window ends later than maxBatchWindow after it opened.
 const maxBatchWindow = time.Minute
 
 // BatchWindow is how long a node's write waits for more changes to the node when
@@ -107,21 +111,56 @@ func BatchWindow(backlog time.Duration) time.Duration {
 	return min(max(backlog, 0), maxBatchWindow)
 }
 
+// window is when a node's pending write opened and when it is due.
+type window struct {
+	opened, due time.Time
+}
+
 // Enqueue asks for the node's list to be written soon, together with the other
 // changes to the node in the batch window. The window is set by the first change
 // after the node's last write; later changes join it rather than move it.
-func (u *Updater) Enqueue(node string) {
+func (u *Updater) Enqueue(node string) { u.schedule(node, false) }
+
+// schedule opens the node's batch window, or, for a detach, pushes its end back
+// to the end of the current backlog.
+func (u *Updater) schedule(node string, detach bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.scheduled[node] {
-		return
-	}
-	u.scheduled[node] = true
-	var window time.Duration
+	var wait time.Duration
 	if u.backlog != nil {
-		window = BatchWindow(u.backlog())
+		wait = BatchWindow(u.backlog())
 	}
-	u.queue.AddAfter(node, window)
+	now := time.Now()
+	w, ok := u.scheduled[node]
+	switch {
+	case !ok:
+		u.scheduled[node] = window{opened: now, due: now.Add(wait)}
+		u.queue.AddAfter(node, wait)
+	case detach && now.Add(wait).After(w.due):
+		// The queue is told the earlier time already: the worker puts the
+		// node back until the new one.
+		w.due = now.Add(wait)
+		if limit := w.opened.Add(maxBatchWindow); w.due.After(limit) {
+			w.due = limit
+		}
+		u.scheduled[node] = w
+	}
+}
+
+// due tells whether the node's write is due now, and if not, puts it back in the
+// queue until it is.
+func (u *Updater) due(node string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	w, ok := u.scheduled[node]
+	if ok {
+		if left := time.Until(w.due); left > 0 {
+			u.queue.AddAfter(node, left)
+			return false
+		}
+	}
+	delete(u.scheduled, node)
+	return true
 }
 
 // ShutDown stops the queue, whether or not Run ran; confirmations still waiting
@@ -135,9 +174,9 @@ func (u *Updater) ShutDown() {
 func (u *Updater) Run(ctx context.Context, workers int) {
 	defer u.ShutDown()
 	keyworkers.Run(ctx, u.queue, workers, "node", func(ctx context.Context, node string) error {
-		u.mu.Lock()
-		delete(u.scheduled, node)
-		u.mu.Unlock()
+		if !u.due(node) {
+			return nil
+		}
 		return u.write(ctx, node)
 	})
 }
@@ -231,7 +270,7 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 	u.mu.Lock()
 	u.waiting[nodeName] = append(u.waiting[nodeName], c)
 	u.mu.Unlock()
-	u.Enqueue(nodeName)
+	u.schedule(nodeName, true)
 	select {
 	case <-c.done:
 		return c.node, c.err
