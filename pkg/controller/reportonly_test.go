@@ -76,6 +76,8 @@ func TestReportOnlyDetachKeepsTheVolumeListedWhileTheNodeUsesIt(t *testing.T) {
 	addToInformers(t, c, informed)
 	c.onNode(nil, informed)
 	c.actual.AddReportOnly(iscsi, "node-a", false)
+	// A detach confirms node status through the updater's workers.
+	go c.status.Run(ctx, 1)
 
 	c.reconciler.Sync(ctx, iscsi)
 	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Second)

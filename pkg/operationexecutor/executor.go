@@ -482,13 +482,14 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	if e.cfg.Wanted(on.Volume, on.Node) {
 		return ErrWanted
 	}
+	// Nothing is detached while the node the API server returned still lists the
+	// volume: kubelet could mount it. For an in-tree iSCSI or FC volume, node
+	// status is the record, and the detach is over once it no longer does.
+	if node != nil && slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == v1.UniqueVolumeName(on.Volume) }) {
+		return fmt.Errorf("the status of node %s still lists the volume; not detaching yet", on.Node)
+	}
 	for _, att := range on.Objects {
 		if att.ReportOnly() {
-			// Node status is the record: the detach is over once the node the
-			// API server returned no longer lists the volume.
-			if node != nil && slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == v1.UniqueVolumeName(on.Volume) }) {
-				return fmt.Errorf("the status of node %s still lists the volume; not detached yet", on.Node)
-			}
 			e.cfg.Actual.ForgetReportOnly(on.Volume, on.Node)
 			continue
 		}

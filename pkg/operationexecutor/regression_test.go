@@ -1071,3 +1071,42 @@ func TestWriteContextOutlivesShutdownByWriteGrace(t *testing.T) {
 		}
 	})
 }
+
+// TestDetachNeverDeletesWhileTheConfirmedNodeListsTheVolume: the node the API
+// server returned is the proof that kubelet can no longer see the volume
+// attached. A confirmation answered by a write computed before the volume was
+// taken out (a status updater that mixed up which write covers which caller)
+// must not let the delete go ahead, whatever else that node says.
+func TestDetachNeverDeletesWhileTheConfirmedNodeListsTheVolume(t *testing.T) {
+	listed := v1.AttachedVolume{Name: v1.UniqueVolumeName(testPV.Name)}
+	tests := []struct {
+		name  string
+		force ForceReason
+		node  func() *v1.Node
+	}{
+		{name: "not in use, not forced", force: NotForced, node: func() *v1.Node {
+			n := inUseNode(true, false)
+			n.Status.VolumesInUse = nil
+			return n
+		}},
+		{name: "in use on a node out of service, forced", force: ForceOutOfService, node: func() *v1.Node { return inUseNode(false, true) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, on := newDetachHarness(t, time.Minute)
+			h.informerSeesDeletes = true
+			n := tc.node()
+			n.Status.VolumesAttached = []v1.AttachedVolume{listed}
+			h.status.node = n
+			if err := h.exec.detach(t.Context(), on, tc.force); err == nil {
+				t.Fatal("detach = nil, want an error: the confirmed node still lists the volume")
+			}
+			if h.deleteCount() != 0 {
+				t.Error("deleted the VolumeAttachment of a volume node status still lists")
+			}
+			if got, _ := h.actual.Get(testPV.Name, testNode); !got.Reported() {
+				t.Errorf("attachment after the failed detach = %+v, want listed in node status again", got)
+			}
+		})
+	}
+}

@@ -6,3 +6,10 @@ func (u *Updater) RecordedNodes() int {
 	defer u.mu.Unlock()
 	return len(u.perNode)
 }
+
+// Waiting returns how many confirmations for the node no write has answered yet.
+func (u *Updater) Waiting(node string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.waiting[node])
+}

@@ -3,16 +3,17 @@
 // whose list changed, covering every volume that changed with it, and nothing for a
 // node that is gone. Reports of new attachments are based on the informer's copy of
 // the node (no GET); a detach asks for confirmation instead, which only what the API
-// server itself returned can give.
+// server itself returned can give. Both go out in the node's next batched write:
+// detaches and attachments on one node in the same batch window share one patch.
 package statusupdater
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -39,28 +40,37 @@ type Updater struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// backlog tells how long other requests now wait for the client's rate limit.
 	backlog func() time.Duration
-
-	// tickets orders confirmations and the requests that answer them.
-	tickets atomic.Uint64
+	// stopped is closed once no write will be made any more.
+	stopped  chan struct{}
+	stopOnce sync.Once
 
 	mu      sync.Mutex
 	perNode map[string]*nodeRecord
 	// scheduled holds the nodes whose write is waiting for its batch window.
-	scheduled map[string]bool
+	scheduled map[string]window
+	// waiting holds, by node, the confirmations asked for that no write has
+	// answered yet.
+	waiting map[string][]*confirmation
 }
 
 // nodeRecord serialises the writes for one node. It remembers the last list
 // written, with the resourceVersion of the informer copy it was based on: while the
-// informer still shows that version, the written list is the current one. It also
-// keeps the node as the API server last returned it, with the ticket taken when
-// that request was sent, so that confirmations asked for before then share it.
+// informer still shows that version, the written list is the current one.
 type nodeRecord struct {
 	mu          sync.Mutex
 	baseVersion string
 	written     []v1.AttachedVolume
-	fresh       *v1.Node
-	freshTicket uint64
 }
+
+// confirmation is one caller of Confirm waiting for a write that covers it.
+type confirmation struct {
+	done chan struct{}
+	node *v1.Node
+	err  error
+}
+
+// ErrStopped means the updater stopped before a write answered a confirmation.
+var ErrStopped = errors.New("the node status updater stopped")
 
 // New returns an Updater. backlog, if not nil, tells how long requests of the
 // other clients now wait for the shared rate limit; writes are batched over that.
@@ -74,49 +84,100 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node_status"}),
+		stopped:   make(chan struct{}),
 		perNode:   make(map[string]*nodeRecord),
-		scheduled: make(map[string]bool),
+		scheduled: make(map[string]window),
+		waiting:   make(map[string][]*confirmation),
 	}
 }
 
 // A node's write waits for more changes to the same node, so that volumes attached
-// together are reported in one patch: at least minBatchWindow, small next to the
-// time kubelet takes to notice; and while other requests queue for the client's
-// rate limit, as long as that queue takes to drain (at most maxBatchWindow). Node
-// status writes jump that queue, so when the rate limit is the bottleneck they are
-// few and large and leave the budget to the VolumeAttachment creates.
-const (
-	minBatchWindow = 20 * time.Millisecond
-	maxBatchWindow = time.Minute
-)
+// or detached together are reported in one patch, for as long as the requests now
+// queued for the client's rate limit take to be served (at most maxBatchWindow).
+// With nothing queued, it is written at once. Node status writes jump that queue,
+// so when the rate limit is the bottleneck they are few and large and leave the
+// budget to the VolumeAttachment creates and deletes.
+//
+// A change that reports an attachment joins the window the node already has:
+// kubelet waits for it. A detach may push the window back to the end of the
+// queue as it stands when the detach asks: its delete would wait behind that queue
+// anyway, and the detaches of one node, which kubelet frees one pod at a time,
+// then share one write. No window ends later than maxBatchWindow after it opened.
+const maxBatchWindow = time.Minute
+
+// BatchWindow is how long a node's write waits for more changes to the node when
+// the requests now queued for the client's rate limit take backlog to be served.
+func BatchWindow(backlog time.Duration) time.Duration {
+	return min(max(backlog, 0), maxBatchWindow)
+}
+
+// window is when a node's pending write opened and when it is due.
+type window struct {
+	opened, due time.Time
+}
 
 // Enqueue asks for the node's list to be written soon, together with the other
 // changes to the node in the batch window. The window is set by the first change
 // after the node's last write; later changes join it rather than move it.
-func (u *Updater) Enqueue(node string) {
+func (u *Updater) Enqueue(node string) { u.schedule(node, false) }
+
+// schedule opens the node's batch window, or, for a detach, pushes its end back
+// to the end of the current backlog.
+func (u *Updater) schedule(node string, detach bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.scheduled[node] {
-		return
-	}
-	u.scheduled[node] = true
-	window := minBatchWindow
+	var wait time.Duration
 	if u.backlog != nil {
-		window = min(max(u.backlog(), minBatchWindow), maxBatchWindow)
+		wait = BatchWindow(u.backlog())
 	}
-	u.queue.AddAfter(node, window)
+	now := time.Now()
+	w, ok := u.scheduled[node]
+	switch {
+	case !ok:
+		u.scheduled[node] = window{opened: now, due: now.Add(wait)}
+		u.queue.AddAfter(node, wait)
+	case detach && now.Add(wait).After(w.due):
+		// The queue is told the earlier time already: the worker puts the
+		// node back until the new one.
+		w.due = now.Add(wait)
+		if limit := w.opened.Add(maxBatchWindow); w.due.After(limit) {
+			w.due = limit
+		}
+		u.scheduled[node] = w
+	}
 }
 
-// ShutDown stops the queue, whether or not Run ran.
-func (u *Updater) ShutDown() { u.queue.ShutDown() }
+// due tells whether the node's write is due now, and if not, puts it back in the
+// queue until it is.
+func (u *Updater) due(node string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	w, ok := u.scheduled[node]
+	if ok {
+		if left := time.Until(w.due); left > 0 {
+			u.queue.AddAfter(node, left)
+			return false
+		}
+	}
+	delete(u.scheduled, node)
+	return true
+}
+
+// ShutDown stops the queue, whether or not Run ran; confirmations still waiting
+// fail with ErrStopped.
+func (u *Updater) ShutDown() {
+	u.queue.ShutDown()
+	u.stopOnce.Do(func() { close(u.stopped) })
+}
 
 // Run writes queued nodes with the given number of workers until ctx ends.
 func (u *Updater) Run(ctx context.Context, workers int) {
+	defer u.ShutDown()
 	keyworkers.Run(ctx, u.queue, workers, "node", func(ctx context.Context, node string) error {
-		u.mu.Lock()
-		delete(u.scheduled, node)
-		u.mu.Unlock()
-		return u.Sync(ctx, node)
+		if !u.due(node) {
+			return nil
+		}
+		return u.write(ctx, node)
 	})
 }
 
@@ -138,6 +199,31 @@ func (u *Updater) record(node string) *nodeRecord {
 	return r
 }
 
+// write is a queued node's turn: it answers the confirmations asked for until
+// now with one write (or read) confirmed by the API server, or, if none waits,
+// writes from the informer's copy as Sync does.
+func (u *Updater) write(ctx context.Context, nodeName string) error {
+	r := u.record(nodeName)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Every confirmation taken here was asked for after its caller's change to
+	// the actual state, and the list is computed after this point: the write
+	// covers them all. Later ones wait for the next turn, which they enqueued.
+	u.mu.Lock()
+	covered := u.waiting[nodeName]
+	delete(u.waiting, nodeName)
+	u.mu.Unlock()
+	if len(covered) == 0 {
+		return u.sync(ctx, r, nodeName)
+	}
+	node, err := u.confirm(ctx, r, nodeName)
+	for _, c := range covered {
+		c.node, c.err = node, err
+		close(c.done)
+	}
+	return err
+}
+
 // Sync writes the node's status.volumesAttached now if it differs from the actual
 // state, judged from the informer's copy of the node. A node that does not exist
 // has nothing to write. Entries of other volume plugins are kept as they are.
@@ -145,6 +231,10 @@ func (u *Updater) Sync(ctx context.Context, nodeName string) error {
 	r := u.record(nodeName)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return u.sync(ctx, r, nodeName)
+}
+
+func (u *Updater) sync(ctx context.Context, r *nodeRecord, nodeName string) error {
 	node, err := u.nodes.Get(nodeName)
 	if apierrors.IsNotFound(err) {
 		u.Forget(nodeName)
@@ -164,24 +254,50 @@ func (u *Updater) Sync(ctx context.Context, nodeName string) error {
 	if sameList(current, want) {
 		return nil
 	}
-	_, err = u.patch(ctx, r, node, want, precondition, u.tickets.Add(1))
+	_, err = u.patch(ctx, r, node, want, precondition)
 	return err
 }
 
 // Confirm makes the API server's status.volumesAttached of the node match the
 // actual state as it stands when Confirm is called, and returns the node as the
 // API server returned it once it does: the response to the patch, or to a read
-// when no patch was needed. Calls for the same node made while a request is on its
-// way share the next one. It returns nil for a node that does not exist, or that
-// is not managed by this controller.
+// when no patch was needed. The write is the node's next batched one: calls for
+// the same node, and the changes that enqueued it, share it. It returns nil for a
+// node that does not exist, or that is not managed by this controller, and
+// ErrStopped if the updater stops first.
 func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error) {
-	ticket := u.tickets.Add(1)
-	r := u.record(nodeName)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.freshTicket > ticket {
-		return r.fresh, nil
+	c := &confirmation{done: make(chan struct{})}
+	u.mu.Lock()
+	u.waiting[nodeName] = append(u.waiting[nodeName], c)
+	u.mu.Unlock()
+	u.schedule(nodeName, true)
+	select {
+	case <-c.done:
+		return c.node, c.err
+	case <-ctx.Done():
+		u.withdraw(nodeName, c)
+		return nil, fmt.Errorf("waiting for a write of the status of node %s: %w", nodeName, ctx.Err())
+	case <-u.stopped:
+		u.withdraw(nodeName, c)
+		return nil, ErrStopped
 	}
+}
+
+// withdraw takes back a confirmation whose caller no longer waits.
+func (u *Updater) withdraw(nodeName string, c *confirmation) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	rest := slices.DeleteFunc(u.waiting[nodeName], func(w *confirmation) bool { return w == c })
+	if len(rest) == 0 {
+		delete(u.waiting, nodeName)
+		return
+	}
+	u.waiting[nodeName] = rest
+}
+
+// confirm writes the node's list from the actual state as it stands now and
+// returns the node as the API server returned it (see Confirm).
+func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (*v1.Node, error) {
 	base, err := u.nodes.Get(nodeName)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
@@ -192,7 +308,7 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 			current = r.written
 		}
 		if want, precondition := u.wanted(base, current); !sameList(current, want) {
-			patched, err := u.patch(ctx, r, base, want, precondition, u.tickets.Add(1))
+			patched, err := u.patch(ctx, r, base, want, precondition)
 			if (err != nil && !apierrors.IsConflict(err)) || (err == nil && (patched == nil || sameList(patched.Status.VolumesAttached, want))) {
 				return patched, err
 			}
@@ -201,24 +317,20 @@ func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error
 	// The informer's copy needed no patch, or the patch met a newer list than that
 	// copy held, or a newer node than the one it was judged on: read what the API
 	// server holds, and write again if it differs.
-	readTicket := u.tickets.Add(1)
 	fresh, err := u.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		r.fresh, r.freshTicket = nil, readTicket
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading node %s from the API server: %w", nodeName, err)
 	case !cache.IsManaged(fresh):
-		r.fresh, r.freshTicket = nil, readTicket
 		return nil, nil
 	}
-	r.fresh, r.freshTicket = fresh, readTicket
 	want, precondition := u.wanted(fresh, fresh.Status.VolumesAttached)
 	if sameList(fresh.Status.VolumesAttached, want) {
 		return fresh, nil
 	}
-	return u.patch(ctx, r, fresh, want, precondition, u.tickets.Add(1))
+	return u.patch(ctx, r, fresh, want, precondition)
 }
 
 // wanted returns the list node status should hold, given the list current that
@@ -252,9 +364,8 @@ func (u *Updater) wanted(base *v1.Node, current []v1.AttachedVolume) (want []v1.
 }
 
 // patch writes want as the node's status.volumesAttached and records the result;
-// with a precondition, only if the node's resourceVersion is still that. ticket
-// was taken before the request was sent.
-func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want []v1.AttachedVolume, precondition string, ticket uint64) (*v1.Node, error) {
+// with a precondition, only if the node's resourceVersion is still that.
+func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want []v1.AttachedVolume, precondition string) (*v1.Node, error) {
 	content := map[string]any{"status": map[string]any{"volumesAttached": want}}
 	if precondition != "" {
 		content["metadata"] = map[string]any{"resourceVersion": precondition}
@@ -266,7 +377,6 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	patched, err := u.client.CoreV1().Nodes().Patch(ctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
-		r.fresh, r.freshTicket = nil, ticket
 		return nil, nil
 	}
 	if err != nil {
@@ -280,7 +390,6 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", base.Name, "volumesAttached", len(want))
 	r.baseVersion = base.ResourceVersion
 	r.written = want
-	r.fresh, r.freshTicket = patched, ticket
 	return patched, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,13 @@ type harness struct {
 
 func newHarness(t *testing.T, informerNode *v1.Node, serverNodes ...runtime.Object) *harness {
 	t.Helper()
+	return newHarnessWithBacklog(t, nil, informerNode, serverNodes...)
+}
+
+// newHarnessWithBacklog is newHarness with an updater told by backlog how long
+// other requests wait for the rate limit.
+func newHarnessWithBacklog(t *testing.T, backlog func() time.Duration, informerNode *v1.Node, serverNodes ...runtime.Object) *harness {
+	t.Helper()
 	h := &harness{
 		client: fake.NewClientset(serverNodes...),
 		nodes:  toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}),
@@ -69,7 +77,17 @@ func newHarness(t *testing.T, informerNode *v1.Node, serverNodes ...runtime.Obje
 		}
 	}
 	h.client.ClearActions()
-	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New(), nil)
+	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New(), backlog)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		h.updater.Run(ctx, 1)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+	})
 	return h
 }
 
