@@ -82,7 +82,7 @@ func DefaultOptions() Options {
 		SyncPeriod:        time.Minute,
 		OperationTimeout:  2 * time.Minute,
 		Workers:           10,
-		StatusWorkers:     4,
+		StatusWorkers:     16,
 		ShutdownGrace:     5 * time.Second,
 		ShadowGrace:       2 * time.Minute,
 	}
@@ -160,7 +160,8 @@ type Clients struct {
 	Backlog func() time.Duration
 }
 
-// New builds a controller on the factory's informers. Start nothing before Run.
+// New builds a controller on the factory's informers, which may already run
+// (StartInformers). It writes nothing before Run.
 func New(clients Clients, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
 	client := clients.API
 	if err := opts.Validate(); err != nil {

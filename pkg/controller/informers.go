@@ -31,6 +31,18 @@ type informerSet struct {
 	attachments storageinformers.VolumeAttachmentInformer
 }
 
+// StartInformers requests the controller's informers from the factory and starts
+// them until ctx ends. A standby replica calls it before it leads, so that when it
+// takes over its caches are full: it then only waits for them to be current and
+// rebuilds its state. Informers only read; nothing is written before Run.
+func StartInformers(ctx context.Context, factory informers.SharedInformerFactory) error {
+	if _, err := newInformerSet(factory); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	return nil
+}
+
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 	s := informerSet{
 		pods:        f.Core().V1().Pods(),
@@ -41,8 +53,12 @@ func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 		csiNodes:    f.Storage().V1().CSINodes(),
 		attachments: f.Storage().V1().VolumeAttachments(),
 	}
-	if err := s.pods.Informer().AddIndexers(toolscache.Indexers{populator.ClaimIndex: populator.ClaimIndexFunc}); err != nil {
-		return s, fmt.Errorf("adding the pod claim index: %w", err)
+	// The index is added once per informer: StartInformers may have added it.
+	pods := s.pods.Informer()
+	if _, ok := pods.GetIndexer().GetIndexers()[populator.ClaimIndex]; !ok {
+		if err := pods.AddIndexers(toolscache.Indexers{populator.ClaimIndex: populator.ClaimIndexFunc}); err != nil {
+			return s, fmt.Errorf("adding the pod claim index: %w", err)
+		}
 	}
 	// Touch every informer so that the factory starts and syncs it.
 	s.claims.Informer()

@@ -29,6 +29,8 @@ type suite struct {
 	// Objects and Profile: see runConfig.
 	Objects objects
 	Profile time.Duration
+	// ThisFlags are extra flags for this controller.
+	ThisFlags []string
 	// ThisBinary, if set, is the executable of this controller to run instead of
 	// building it from the working tree (to compare two builds).
 	ThisBinary string
@@ -67,6 +69,7 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 					Clients:         s.Clients,
 					Profile:         s.Profile,
 					Objects:         s.Objects,
+					ThisFlags:       s.ThisFlags,
 					Dir:             filepath.Join(s.Dir, fmt.Sprintf("%s-%d-qps%g-burst%d", kind, volumes, r.QPS, r.Burst)),
 				}
 				if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {

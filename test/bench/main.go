@@ -78,6 +78,10 @@ func mainErr() error {
 	flag.IntVar(&s.KubeletWorkers, "kubelet-workers", 16, "Nodes the kubelet simulator syncs in parallel.")
 	flag.IntVar(&s.Clients, "clients", 32, "Requests the load generator has in flight.")
 	flag.DurationVar(&s.Profile, "profile", 0, "If set, take a CPU profile of this controller of this length from the start of the attach phase, and a heap profile after the idle period, into the run's directory (with -keep).")
+	flag.Func("this-flag", "An extra flag for this controller, such as --status-workers=16; may be repeated.", func(v string) error {
+		s.ThisFlags = append(s.ThisFlags, v)
+		return nil
+	})
 	flag.StringVar(&s.ThisBinary, "this-binary", "", "Run this executable as this controller instead of building it from the working tree.")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -74,6 +74,8 @@ type runConfig struct {
 	// AttacherWorkers and KubeletWorkers size the simulators; Clients is how many
 	// requests the load generator has in flight.
 	AttacherWorkers, KubeletWorkers, Clients int
+	// ThisFlags are extra flags for this controller's processes.
+	ThisFlags []string
 	// Objects says whether nodes, pods, claims and PersistentVolumes carry what
 	// they carry in a real cluster (see objects.go).
 	Objects objects
@@ -355,6 +357,8 @@ func (w *world) startController(name string, lease *leaseTimings, extra ...strin
 	binary := w.cfg.Executables.this
 	if w.cfg.Controller == upstreamController {
 		binary = w.cfg.Executables.upstream
+	} else {
+		extra = append(slices.Clone(w.cfg.ThisFlags), extra...)
 	}
 	p, err := proc.Start(fmt.Sprintf("%s controller (%s)", w.cfg.Controller, name), filepath.Join(w.cfg.Dir, name+".log"), binary,
 		append(controllerArgs(w.cfg.Controller, w.kubeconfig, w.cfg.Rate, lease), extra...)...)

@@ -97,6 +97,17 @@ func Run(ctx context.Context, o *Options) error {
 		defer shutdown(srv)
 	}
 
+	// The informers run for the whole process, from before the election: a standby
+	// keeps its caches filled, so that a fail-over costs the lease's expiry and a
+	// rebuild from memory, not a list of every object (see docs/deploy.md).
+	factory := controller.NewInformerFactory(client)
+	informersCtx, stopInformers := context.WithCancel(ctx)
+	defer factory.Shutdown()
+	defer stopInformers()
+	if err := controller.StartInformers(informersCtx, factory); err != nil {
+		return err
+	}
+
 	runController := func(ctx context.Context) error {
 		leading.Store(true)
 		m.IsLeader.Set(1)
@@ -117,12 +128,10 @@ func Run(ctx context.Context, o *Options) error {
 			recorder = events
 		}
 
-		factory := controller.NewInformerFactory(client)
 		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
 		if err != nil {
 			return err
 		}
-		defer factory.Shutdown()
 		defer running.Store(nil)
 		return c.Run(ctx, func() {
 			ready.Store(true)
