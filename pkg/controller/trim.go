@@ -36,16 +36,26 @@ func trimObject(obj any) (any, error) {
 }
 
 // trimPod keeps what deciding which volumes a pod needs takes: its identity and
-// deletion, node, volumes, phase and whether each container runs.
+// deletion, node, the volumes that may need attaching, phase and whether each
+// container runs.
 func trimPod(pod *v1.Pod) {
-	pod.Annotations = nil
-	pod.Spec = v1.PodSpec{NodeName: pod.Spec.NodeName, Volumes: pod.Spec.Volumes}
+	pod.Annotations, pod.Labels, pod.OwnerReferences = nil, nil, nil
+	pod.Spec = v1.PodSpec{NodeName: pod.Spec.NodeName, Volumes: slices.DeleteFunc(pod.Spec.Volumes, neverAttached)}
 	pod.Status = v1.PodStatus{
 		Phase:                      pod.Status.Phase,
 		InitContainerStatuses:      containerStates(pod.Status.InitContainerStatuses),
 		ContainerStatuses:          containerStates(pod.Status.ContainerStatuses),
 		EphemeralContainerStatuses: containerStates(pod.Status.EphemeralContainerStatuses),
 	}
+}
+
+// neverAttached tells whether a pod volume is of a kind no attach/detach
+// controller handles: the service account token, configuration, scratch space and
+// host directories that most pods carry.
+func neverAttached(v v1.Volume) bool {
+	s := v.VolumeSource
+	return s.Projected != nil || s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil ||
+		s.EmptyDir != nil || s.HostPath != nil || s.Image != nil
 }
 
 func containerStates(statuses []v1.ContainerStatus) []v1.ContainerStatus {
