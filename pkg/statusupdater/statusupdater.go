@@ -126,17 +126,21 @@ func (u *Updater) Enqueue(node string) { u.schedule(node, false) }
 func (u *Updater) schedule(node string, detach bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	w, ok := u.scheduled[node]
+	if ok && !detach {
+		// An attachment joins the window the node has.
+		return
+	}
 	var wait time.Duration
 	if u.backlog != nil {
 		wait = BatchWindow(u.backlog())
 	}
 	now := time.Now()
-	w, ok := u.scheduled[node]
 	switch {
 	case !ok:
 		u.scheduled[node] = window{opened: now, due: now.Add(wait)}
 		u.queue.AddAfter(node, wait)
-	case detach && now.Add(wait).After(w.due):
+	case now.Add(wait).After(w.due):
 		// The queue is told the earlier time already: the worker puts the
 		// node back until the new one.
 		w.due = now.Add(wait)
