@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -34,7 +37,7 @@ func (c *Controller) Snapshot(ctx context.Context) error {
 // state now. live adds what only the running controller knows: the operations in
 // progress and the backoff after a failure.
 func (c *Controller) Explain(ctx context.Context, t explain.Target, live bool) (explain.Report, error) {
-	r := explain.Report{Target: t, At: time.Now(), Source: "snapshot"}
+	r := explain.Report{Target: t, At: time.Now(), Source: "snapshot", DetachPolicy: c.opts.describeDetachPolicy()}
 	if live {
 		r.Source = "leader"
 	}
@@ -149,6 +152,42 @@ func (c *Controller) pvVolumes(pvName string, problem func(pod, volume, reason s
 	return []volumename.UniqueName{vol.Name}
 }
 
+// pvOfAttachments names the PV a volume's VolumeAttachments were made for: where no
+// pod needs the volume any more, they are what is left to name it by.
+func (c *Controller) pvOfAttachments(attachments []cache.OnNode) string {
+	for _, on := range attachments {
+		for _, a := range on.Objects {
+			if a.VolumeAttachment == "" {
+				continue
+			}
+			if va, err := c.informers.attachments.Lister().Get(a.VolumeAttachment); err == nil && va.Spec.Source.PersistentVolumeName != nil {
+				return *va.Spec.Source.PersistentVolumeName
+			}
+		}
+	}
+	return ""
+}
+
+// describeDetachPolicy says, in the flags' words, when a volume still mounted is
+// detached anyway.
+func (o Options) describeDetachPolicy() string {
+	parts := []string{"--max-wait-for-unmount=" + o.MaxWaitForUnmount.String()}
+	if len(o.MaxWaitForUnmountPerDriver) > 0 {
+		var drivers []string
+		for _, driver := range slices.Sorted(maps.Keys(o.MaxWaitForUnmountPerDriver)) {
+			drivers = append(drivers, driver+"="+o.MaxWaitForUnmountPerDriver[driver].String())
+		}
+		parts = append(parts, "--max-wait-for-unmount-per-driver="+strings.Join(drivers, ","))
+	}
+	if o.DisableForceDetachOnTimeout {
+		parts = append(parts, "--disable-force-detach-on-timeout")
+	}
+	if o.DetachOnShutdownTaint {
+		parts = append(parts, "--detach-on-shutdown-taint")
+	}
+	return strings.Join(parts, " ")
+}
+
 func notFound(err error, t explain.Target) error {
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%s not found", t)
@@ -164,7 +203,11 @@ func (c *Controller) explainVolume(name volumename.UniqueName, live bool) explai
 	if len(desired.Nodes) == 0 && len(attachments) > 0 {
 		out.MultiAttach = attachments[0].MultiAttach()
 	}
-	for _, d := range c.reconciler.Explain(name) {
+	if out.PV == "" {
+		out.PV = c.pvOfAttachments(attachments)
+		out.Display = cmp.Or(out.Display, out.PV)
+	}
+	for _, d := range c.reconciler.Explain(name, live) {
 		n := explain.NodeReport{Node: d.Node, Action: string(d.Action), Reason: d.Reason}
 		for _, p := range desired.Nodes[d.Node] {
 			n.Pods = append(n.Pods, p.Key())

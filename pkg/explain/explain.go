@@ -68,6 +68,9 @@ type Report struct {
 	// Source says where the state came from: "snapshot" (read by the command
 	// with the caller's credentials) or "leader" (the running leader's memory).
 	Source string `json:"source"`
+	// DetachPolicy is the detach policy the rules applied, as the controller's
+	// flags: the leader's own, or those given to a snapshot.
+	DetachPolicy string `json:"detachPolicy"`
 	// Problems are the target's volumes that cannot be attached, and why.
 	Problems []Problem `json:"problems,omitempty"`
 	Volumes  []Volume  `json:"volumes,omitempty"`
@@ -131,6 +134,7 @@ type Attachment struct {
 func WriteText(w io.Writer, r Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, as the %s saw it at %s\n", r.Target, r.Source, r.At.Format(time.TimeOnly))
+	fmt.Fprintf(&b, "detach policy: %s\n", r.DetachPolicy)
 	for _, p := range r.Problems {
 		who := p.Volume
 		if p.Pod != "" {

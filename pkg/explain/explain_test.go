@@ -33,10 +33,11 @@ func TestParseTarget(t *testing.T) {
 
 func TestWriteText(t *testing.T) {
 	r := Report{
-		Target:   Target{Kind: Pod, Namespace: "ns", Name: "web-1"},
-		At:       time.Date(2026, 11, 23, 12, 4, 9, 0, time.UTC),
-		Source:   "leader",
-		Problems: []Problem{{Pod: "ns/web-1", Volume: "cache", Reason: "claim ns/cache is not bound"}},
+		Target:       Target{Kind: Pod, Namespace: "ns", Name: "web-1"},
+		At:           time.Date(2026, 11, 23, 12, 4, 9, 0, time.UTC),
+		Source:       "leader",
+		DetachPolicy: "--max-wait-for-unmount=6m0s --max-wait-for-unmount-per-driver=careful.csi.example.com=never",
+		Problems:     []Problem{{Pod: "ns/web-1", Volume: "cache", Reason: "claim ns/cache is not bound"}},
 		Volumes: []Volume{{
 			Name: "kubernetes.io/csi/d^h", Display: "pv-data",
 			Nodes: []NodeReport{
@@ -52,6 +53,7 @@ func TestWriteText(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `pod/web-1 -n ns, as the leader saw it at 12:04:09
+detach policy: --max-wait-for-unmount=6m0s --max-wait-for-unmount-per-driver=careful.csi.example.com=never
   pod ns/web-1, volume cache: claim ns/cache is not bound
 
 volume pv-data (kubernetes.io/csi/d^h), one node at a time

@@ -83,7 +83,7 @@ func New() *Metrics {
 		}, []string{"result"}),
 		ForceDetaches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "force_detaches_total",
-			Help: "Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout).",
+			Help: "Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout, shutdown).",
 		}, []string{"reason"}),
 		WaitsForDetach: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "waits_for_detach_total",

@@ -115,7 +115,7 @@ attach_detach_controller_attachdetach_controller_forced_detaches{reason="out-of-
 attach_detach_controller_attachdetach_controller_forced_detaches{reason="timeout"} 1
 `},
 		{name: "attachdetach_controller_force_detaches_total", want: `
-# HELP attachdetach_controller_force_detaches_total Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout).
+# HELP attachdetach_controller_force_detaches_total Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout, shutdown).
 # TYPE attachdetach_controller_force_detaches_total counter
 attachdetach_controller_force_detaches_total{reason="out-of-service"} 0
 attachdetach_controller_force_detaches_total{reason="timeout"} 1

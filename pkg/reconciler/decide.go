@@ -100,15 +100,18 @@ type Decision struct {
 
 // Explain returns, sorted by node, what the rules say about the volume on every
 // node that needs it or has something of it, without acting on it: what Sync
-// would do now, and why. A wait for unmount that has not started counts from now.
-func (r *Reconciler) Explain(name volumename.UniqueName) []Decision {
-	return r.decisions(name, false)
+// would do now, and why. For the running controller (live), a wait for unmount
+// that has not started yet counts from now, as the next Sync starts it; a
+// snapshot of the cluster cannot know when a wait began, and says so.
+func (r *Reconciler) Explain(name volumename.UniqueName, live bool) []Decision {
+	return r.decisions(name, false, live)
 }
 
 // decisions returns the decisions about the volume on every node. With
 // keepWaits, a wait for unmount starts (and ends) as in Sync, so that the
-// decisions of successive calls follow it.
-func (r *Reconciler) decisions(name volumename.UniqueName, keepWaits bool) []Decision {
+// decisions of successive calls follow it; without it, a wait not started counts
+// from now if startUnknownNow, and as started at an unknown time otherwise.
+func (r *Reconciler) decisions(name volumename.UniqueName, keepWaits, startUnknownNow bool) []Decision {
 	desired, _ := r.cfg.Desired.Volume(name)
 	attachments := r.cfg.Actual.Volume(name)
 	now := r.cfg.Now()
@@ -121,10 +124,13 @@ func (r *Reconciler) decisions(name volumename.UniqueName, keepWaits bool) []Dec
 			continue
 		}
 		out = append(out, r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
-			if keepWaits {
+			switch {
+			case keepWaits:
 				return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
+			case startUnknownNow:
+				return cmp.Or(on.UnmountWaitStarted, now)
 			}
-			return cmp.Or(on.UnmountWaitStarted, now)
+			return on.UnmountWaitStarted
 		}))
 	}
 	for node := range desired.Nodes {
@@ -187,15 +193,24 @@ func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Tim
 	}
 	d.WaitStarted = waitStarted()
 	mounted := fmt.Sprintf("mounted on %s (volumesInUse); waiting for kubelet to unmount it since %s", on.Node, d.WaitStarted.Format(time.TimeOnly))
+	if d.WaitStarted.IsZero() {
+		mounted = fmt.Sprintf("mounted on %s (volumesInUse); waiting for kubelet to unmount it", on.Node)
+	}
 	if d.Policy.NeverForce {
 		d.Action, d.Reason = ActionWait, mounted+"; force detach on timeout is off"+policyOf(d.PolicyDriver)
 		return d
 	}
-	d.ForceAt = d.WaitStarted.Add(d.Policy.MaxWait)
 	readiness := "Ready"
 	if !node.Ready {
 		readiness = "NotReady"
 	}
+	if d.WaitStarted.IsZero() {
+		d.Action = ActionWait
+		d.Reason = fmt.Sprintf("%s; %s is %s; force detach %s after the wait began if it is not Ready then%s (when the wait began is known only to the leader: --from-leader)",
+			mounted, on.Node, readiness, d.Policy, policyOf(d.PolicyDriver))
+		return d
+	}
+	d.ForceAt = d.WaitStarted.Add(d.Policy.MaxWait)
 	if now.Before(d.ForceAt) {
 		d.Action = ActionWait
 		d.Reason = fmt.Sprintf("%s; %s is %s; force detach at %s if it is not Ready then, in %s%s", mounted, on.Node, readiness,

@@ -55,14 +55,16 @@ func TestDecisionReasons(t *testing.T) {
 	attached := cache.OnNode{Volume: vol, Node: "node-a", Objects: []cache.Attachment{{Attached: true}}}
 	deleting := cache.OnNode{Volume: vol, Node: "node-a", Objects: []cache.Attachment{{Deleting: true, DetachError: "device busy"}}}
 	tests := []struct {
-		name       string
-		cfg        Config
-		on         cache.OnNode
-		node       cache.Node
-		now        time.Time
-		wantAction Action
-		wantForce  operationexecutor.ForceReason
-		wantReason string
+		name string
+		cfg  Config
+		on   cache.OnNode
+		node cache.Node
+		now  time.Time
+		// startUnknown: a snapshot, which cannot know when the wait began.
+		startUnknown bool
+		wantAction   Action
+		wantForce    operationexecutor.ForceReason
+		wantReason   string
 	}{
 		{name: "waiting, node NotReady", on: attached, node: notReady, now: start.Add(3*time.Minute + 2*time.Second), wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; node-a is NotReady; force detach at 12:07:07 if it is not Ready then, in 2m58s"},
@@ -70,6 +72,8 @@ func TestDecisionReasons(t *testing.T) {
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over but node-a is Ready, so it is not force-detached"},
 		{name: "wait over, node NotReady", on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionDetach, wantForce: operationexecutor.ForceUnmountTimeout,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over and node-a is NotReady: force-detached"},
+		{name: "snapshot, wait start unknown", on: attached, node: notReady, now: start.Add(time.Hour), startUnknown: true, wantAction: ActionWait,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it; node-a is NotReady; force detach 6m0s after the wait began if it is not Ready then (when the wait began is known only to the leader: --from-leader)"},
 		{name: "driver policy never", cfg: Config{UnmountPolicy: UnmountPolicy{Default: DriverUnmountPolicy{MaxWait: 6 * time.Minute}, PerDriver: map[string]DriverUnmountPolicy{"d": {NeverForce: true}}}},
 			on: attached, node: notReady, now: start.Add(time.Hour), wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; force detach on timeout is off (policy of d)"},
@@ -90,7 +94,12 @@ func TestDecisionReasons(t *testing.T) {
 				tc.cfg.UnmountPolicy.Default.MaxWait = 6 * time.Minute
 			}
 			r := &Reconciler{cfg: tc.cfg}
-			d := r.decideDetach(tc.on, tc.node, tc.now, func() time.Time { return start })
+			d := r.decideDetach(tc.on, tc.node, tc.now, func() time.Time {
+				if tc.startUnknown {
+					return time.Time{}
+				}
+				return start
+			})
 			if d.Action != tc.wantAction || d.Force != tc.wantForce || d.Reason != tc.wantReason {
 				t.Errorf("decision = %s %q %q\nwant       %s %q %q", d.Action, d.Force, d.Reason, tc.wantAction, tc.wantForce, tc.wantReason)
 			}

@@ -3,10 +3,10 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
@@ -68,8 +69,31 @@ func TestExplainReasons(t *testing.T) {
 	s.Must(s.Kubelet.SetStuck(b, stuck.UniqueName(), true))
 	s.DeletePodNow("stuck-user")
 	s.Must(s.Kubelet.SetReady(t.Context(), b, false))
-	s.waitExplained("mounted on "+b+" (volumesInUse); waiting for kubelet to unmount it since ", "pv/"+stuck.PV)
-	s.waitExplained(b+" is NotReady; force detach at ", "pv/"+stuck.PV)
+	// A snapshot cannot know when the controller's wait for unmount began; the
+	// leader can, and counts down to the force detach.
+	s.waitExplained("mounted on "+b+" (volumesInUse); waiting for kubelet to unmount it; "+b+
+		" is NotReady; force detach 6m0s after the wait began if it is not Ready then (when the wait began is known only to the leader: --from-leader)", "pv/"+stuck.PV)
+	countdown := regexp.MustCompile(`mounted on ` + regexp.QuoteMeta(b) + ` \(volumesInUse\); waiting for kubelet to unmount it since \d\d:\d\d:\d\d; ` +
+		regexp.QuoteMeta(b) + ` is NotReady; force detach at \d\d:\d\d:\d\d if it is not Ready then, in (\d+m)?\d+s`)
+	s.Eventually("the leader's countdown to the force detach", func() bool {
+		return countdown.MatchString(s.explainCmd(append(fromLeader, "pv/"+stuck.PV)...))
+	})
+	// A snapshot applies the detach policy given to it, as the controller does;
+	// the same rules answer for the volume's node and its VolumeAttachment.
+	never := s.explainCmd("--max-wait-for-unmount-per-driver="+s.Driver+"=never", "pv/"+stuck.PV)
+	for _, want := range []string{
+		"detach policy: --max-wait-for-unmount=6m0s --max-wait-for-unmount-per-driver=" + s.Driver + "=never\n",
+		"waiting for kubelet to unmount it; force detach on timeout is off (policy of " + s.Driver + ")",
+	} {
+		if !strings.Contains(never, want) {
+			t.Errorf("explain with a never policy lacks %q:\n%s", want, never)
+		}
+	}
+	for _, target := range []string{"node/" + b, "volumeattachment/" + stuck.AttachmentName(b)} {
+		if out := s.explainCmd(target); !strings.Contains(out, "volume "+stuck.PV) || !strings.Contains(out, "mounted on "+b+" (volumesInUse)") {
+			t.Errorf("explain %s does not explain the stuck volume:\n%s", target, out)
+		}
+	}
 
 	failing := s.CreateVolume("failing", workload.VolumeOptions{})
 	s.Attacher.FailAttach(failing.Handle, "rpc error: code = Internal desc = disk is busy")
@@ -93,6 +117,10 @@ func TestExplainReasons(t *testing.T) {
 	s.Must(err)
 	s.CreatePod("unbound-user", a, "unbound")
 	s.waitExplained("claim "+ns+"/unbound is not bound", "pod/unbound-user", "-n", ns)
+	s.waitExplained("unbound: the claim is not bound", "pvc/unbound", "-n", ns)
+	if out := s.explainCmd("pvc/"+held.Claim, "-n", ns); !strings.Contains(out, "held by "+a+" for pod(s) "+ns+"/first") {
+		t.Errorf("explain pvc/%s:\n%s", held.Claim, out)
+	}
 
 	unmanaged := "unmanaged-" + ns
 	_, err = s.Client.CoreV1().Nodes().Create(t.Context(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: unmanaged}}, metav1.CreateOptions{})
@@ -103,10 +131,12 @@ func TestExplainReasons(t *testing.T) {
 	s.waitExplained("node "+unmanaged+" is not managed by the attach/detach controller", "pod/elsewhere-user", "-n", ns)
 	s.DeletePodNow("elsewhere-user")
 
-	var report explain.Report
-	s.Must(json.Unmarshal([]byte(s.explainCmd("pod/second", "-n", ns, "-o", "json")), &report))
-	if len(report.Volumes) != 1 || len(report.Volumes[0].Nodes) != 2 || report.Volumes[0].Nodes[1].Node != b || report.Volumes[0].Nodes[1].Action != "wait" {
-		t.Errorf("JSON report = %+v, want the volume waiting on %s", report, b)
+	for _, format := range []string{"json", "yaml"} {
+		var report explain.Report
+		s.Must(yaml.Unmarshal([]byte(s.explainCmd("pod/second", "-n", ns, "-o", format)), &report))
+		if len(report.Volumes) != 1 || len(report.Volumes[0].Nodes) != 2 || report.Volumes[0].Nodes[1].Node != b || report.Volumes[0].Nodes[1].Action != "wait" {
+			t.Errorf("%s report = %+v, want the volume waiting on %s", format, report, b)
+		}
 	}
 
 	// The same answer through the real kubectl, with the binary installed as a plugin.

@@ -43,12 +43,15 @@ type ExplainOptions struct {
 	LeaseNamespace string
 	LeaseName      string
 	Timeout        time.Duration
+	// Policy holds the detach policy a snapshot applies: the deployment's own
+	// flags, given to explain as to the controller.
+	Policy controller.Options
 }
 
 // ParseExplainFlags reads `explain KIND/NAME [flags]`, the arguments after
 // "explain".
 func ParseExplainFlags(args []string, output io.Writer) (*ExplainOptions, error) {
-	o := &ExplainOptions{}
+	o := &ExplainOptions{Policy: controller.DefaultOptions()}
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.Usage = func() {
@@ -58,6 +61,11 @@ func ParseExplainFlags(args []string, output io.Writer) (*ExplainOptions, error)
 Tells, for each volume of the object, which nodes need it and for which pods, its
 VolumeAttachments, node status, and what the controller's rules say must happen
 now and why. It reads the cluster with your kubeconfig and writes nothing.
+Read from the cluster, it applies the detach policy its flags give: pass the
+deployment's --max-wait-for-unmount, --max-wait-for-unmount-per-driver,
+--disable-force-detach-on-timeout and --detach-on-shutdown-taint. The leader
+(--from-leader) answers with its own settings, and also knows the operations in
+progress, their backoffs and when each wait for unmount began.
 
 `)
 		fs.PrintDefaults()
@@ -71,9 +79,10 @@ now and why. It reads the cluster with your kubeconfig and writes nothing.
 		"Ask the running leader, which also knows the operations in progress, backoffs and when each wait for unmount began; falls back to reading the cluster when it cannot be reached.")
 	fs.StringVar(&o.LeaderURL, "leader-url", "", "Base URL of the leader's --http-endpoint (default: through the API server's proxy to the pod the Lease names).")
 	fs.IntVar(&o.LeaderPort, "leader-port", 8080, "Port of the leader pod's --http-endpoint, for the API server's proxy.")
-	fs.StringVar(&o.LeaseNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of the leader Lease.")
+	fs.StringVar(&o.LeaseNamespace, "leader-elect-resource-namespace", "attachdetach-controller", "Namespace of the leader Lease, and of the leader's pod.")
 	fs.StringVar(&o.LeaseName, "leader-elect-resource-name", "attachdetach-controller", "Name of the leader Lease.")
 	fs.DurationVar(&o.Timeout, "timeout", time.Minute, "How long to wait for the cluster's state.")
+	addDetachPolicyFlags(fs, &o.Policy)
 	// The target comes first, as with kubectl; flags may follow it.
 	var positional []string
 	for len(args) > 0 {
@@ -94,6 +103,9 @@ now and why. It reads the cluster with your kubeconfig and writes nothing.
 	case "text", "json", "yaml":
 	default:
 		return nil, fmt.Errorf("-o must be text, json or yaml, got %q", o.Output)
+	}
+	if err := o.Policy.Validate(); err != nil {
+		return nil, err
 	}
 	target, err := explain.ParseTarget(positional[0], "")
 	if err != nil {
@@ -137,7 +149,7 @@ func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer
 		}
 	}
 	if !o.FromLeader || err != nil {
-		if report, err = explainSnapshot(ctx, client, o.Target); err != nil {
+		if report, err = explainSnapshot(ctx, client, o.Target, o.Policy); err != nil {
 			return err
 		}
 	}
@@ -145,13 +157,13 @@ func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer
 }
 
 // explainSnapshot builds the controller's state from the cluster, as it does at
-// start-up, and explains from it.
-func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain.Target) (explain.Report, error) {
+// start-up, and explains from it with the given detach policy.
+func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain.Target, policy controller.Options) (explain.Report, error) {
 	factory := controller.NewInformerFactory(client)
 	defer factory.Shutdown()
 	infoCtx, stop := context.WithCancel(klog.NewContext(ctx, klog.Background()))
 	defer stop()
-	c, err := controller.New(controller.Clients{API: client, NodeStatus: client}, factory, discardEvents{}, metrics.New(), controller.DefaultOptions())
+	c, err := controller.New(controller.Clients{API: client, NodeStatus: client}, factory, discardEvents{}, metrics.New(), policy)
 	if err != nil {
 		return explain.Report{}, err
 	}

@@ -51,19 +51,10 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080", "host:port of the HTTP server for /healthz, /readyz and /metrics, as the CSI sidecars name it. Empty: no server.")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false,
 		"Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-endpoint, as the CSI sidecars name it. Anyone who reaches the endpoint can read them.")
-	fs.DurationVar(&o.Controller.MaxWaitForUnmount, "max-wait-for-unmount", o.Controller.MaxWaitForUnmount,
-		"How long a volume still mounted on a node that no longer needs it stays attached before it is force-detached from a node that is not Ready.")
+	addDetachPolicyFlags(fs, &o.Controller)
 	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
 		"Period of the full safety pass that re-evaluates every pod, volume and node; at least 1s.")
 	fs.BoolVar(&o.Controller.DisableSync, "disable-attach-detach-reconcile-sync", false, "Turn off the periodic full safety pass.")
-	fs.BoolVar(&o.Controller.DisableForceDetachOnTimeout, "disable-force-detach-on-timeout", false,
-		"Never force-detach a volume still mounted after --max-wait-for-unmount, even from a node that is not Ready.")
-	fs.Var((*driverPolicies)(&o.Controller.MaxWaitForUnmountPerDriver), "max-wait-for-unmount-per-driver",
-		"DRIVER=DURATION or DRIVER=never, comma-separated: overrides --max-wait-for-unmount for the volumes of these CSI drivers "+
-			"(kubernetes.io/iscsi and kubernetes.io/fc name the in-tree plugins); never turns force detach on timeout off for that driver only.")
-	fs.BoolVar(&o.Controller.DetachOnShutdownTaint, "detach-on-shutdown-taint", false,
-		"Detach the volumes of a node that is not Ready and carries the cloud provider's node.cloudprovider.kubernetes.io/shutdown taint at once, "+
-			"as if it had the out-of-service taint. Only safe where that taint means the instance is stopped.")
 	fs.DurationVar(&o.Controller.OperationTimeout, "operation-timeout", o.Controller.OperationTimeout,
 		"How long one attach or detach waits for the CSI external-attacher before it fails and is retried with backoff.")
 	fs.IntVar(&o.Controller.Workers, "workers", o.Controller.Workers, "Volumes reconciled in parallel.")
@@ -99,6 +90,21 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 		return o, nil
 	}
 	return o, o.Validate()
+}
+
+// addDetachPolicyFlags registers the flags that decide when a volume still mounted
+// is detached anyway; explain takes them too, to apply the deployment's policy.
+func addDetachPolicyFlags(fs *flag.FlagSet, o *controller.Options) {
+	fs.DurationVar(&o.MaxWaitForUnmount, "max-wait-for-unmount", o.MaxWaitForUnmount,
+		"How long a volume still mounted on a node that no longer needs it stays attached before it is force-detached from a node that is not Ready.")
+	fs.BoolVar(&o.DisableForceDetachOnTimeout, "disable-force-detach-on-timeout", o.DisableForceDetachOnTimeout,
+		"Never force-detach a volume still mounted after --max-wait-for-unmount, even from a node that is not Ready.")
+	fs.Var((*driverPolicies)(&o.MaxWaitForUnmountPerDriver), "max-wait-for-unmount-per-driver",
+		"DRIVER=DURATION or DRIVER=never, comma-separated: overrides --max-wait-for-unmount for the volumes of these CSI drivers "+
+			"(kubernetes.io/iscsi and kubernetes.io/fc name the in-tree plugins); never turns force detach on timeout off for that driver only.")
+	fs.BoolVar(&o.DetachOnShutdownTaint, "detach-on-shutdown-taint", o.DetachOnShutdownTaint,
+		"Detach the volumes of a node that is not Ready and carries the cloud provider's node.cloudprovider.kubernetes.io/shutdown taint at once, "+
+			"as if it had the out-of-service taint. Only safe where that taint means the instance is stopped.")
 }
 
 // The encodings the API server speaks to the controller: Kubernetes' protobuf, the
