@@ -69,6 +69,9 @@ func explainMain(args []string) int {
 		return 2
 	}
 	opts, err := app.ParseExplainFlags(args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "explain:", err)
 		return 2

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,30 +60,46 @@ func TestDisableForceDetachOnTimeout(t *testing.T) {
 }
 
 // TestUnmountWaitPerDriver: --max-wait-for-unmount-per-driver gives the world's
-// driver a wait of its own, shorter than the default or never over.
+// driver a wait of its own, shorter than the default or never over, and leaves
+// the volumes of other drivers to the default; /metrics shows the policies.
 func TestUnmountWaitPerDriver(t *testing.T) {
 	tests := []struct {
-		name     string
+		name string
+		// policy is DRIVER=WAIT, with DRIVER standing for the world's driver.
 		policy   string
 		wantKept bool
+		// wantGauge is a series of max_wait_for_unmount_seconds, DRIVER as above.
+		wantGauge string
 	}{
-		{name: "a shorter wait", policy: "2s"},
-		{name: "never", policy: "never", wantKept: true},
+		{name: "a shorter wait", policy: "DRIVER=2s", wantGauge: `{driver="DRIVER"} 2`},
+		{name: "never", policy: "DRIVER=never", wantKept: true, wantGauge: `{driver="DRIVER"} +Inf`},
+		{name: "another driver's wait", policy: "other.csi.example.com=2s", wantKept: true, wantGauge: `{driver="other.csi.example.com"} 2`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			var driver string
 			s := newScenario(t, scenarioOptions{
+				controllerArgs: []string{"--http-endpoint=127.0.0.1:0"},
 				worldArgs: func(w *suite.World) []string {
-					return []string{"--max-wait-for-unmount=1h", "--max-wait-for-unmount-per-driver=" + w.Driver + "=" + tc.policy}
+					driver = w.Driver
+					return []string{"--max-wait-for-unmount=1h", "--max-wait-for-unmount-per-driver=" + strings.ReplaceAll(tc.policy, "DRIVER", driver)}
 				},
 			})
+			s.Eventually("the controller serving /metrics", func() bool { return s.ctrl.HTTPAddress() != "" })
+			page := scrapeMetrics(t, s.ctrl.HTTPAddress())
+			for _, want := range []string{`attachdetach_controller_max_wait_for_unmount_seconds{driver=""} 3600`,
+				"attachdetach_controller_max_wait_for_unmount_seconds" + strings.ReplaceAll(tc.wantGauge, "DRIVER", driver)} {
+				if !slices.Contains(strings.Split(page, "\n"), want) {
+					t.Errorf("/metrics has no line %s", want)
+				}
+			}
 			vol := stuckVolume(t, s)
 			s.Must(s.Kubelet.SetReady(t.Context(), s.Nodes[0], false))
 			if !tc.wantKept {
 				s.WaitDetached(vol, s.Nodes[0])
 				return
 			}
-			s.Never(3*time.Second, "a force detach for a driver that must never force detach", func() bool { return !s.HasAttachment(vol, s.Nodes[0]) })
+			s.Never(3*time.Second, "a force detach before the wait that applies is over", func() bool { return !s.HasAttachment(vol, s.Nodes[0]) })
 			s.Must(s.Kubelet.SetStuck(s.Nodes[0], vol.UniqueName(), false))
 			s.WaitDetached(vol, s.Nodes[0])
 		})
