@@ -26,7 +26,9 @@ type Volume struct {
 	// InlineSpec is set for an in-tree inline volume translated to CSI: the
 	// VolumeAttachment carries it as source.inlineVolumeSpec.
 	InlineSpec *v1.PersistentVolumeSpec
-	// DisplayName is how events name the volume: the PV name, or the pod's volume name.
+	// DisplayName is how events name the volume: the PV name, the pod's volume name
+	// for an inline iSCSI or FC volume, or the translated PV's name for an inline
+	// volume migrated to CSI.
 	DisplayName string
 	// MultiAttach tells whether the volume may be attached to several nodes at once.
 	MultiAttach bool

@@ -88,7 +88,7 @@ type Problem struct {
 // Volume is everything about one attachable volume.
 type Volume struct {
 	// Name is the unique volume name kubelet uses; Display the PV's name or the
-	// pod's volume name.
+	// pod's volume name (the translated PV's for a migrated inline volume).
 	Name    string `json:"name"`
 	Display string `json:"display,omitempty"`
 	PV      string `json:"pv,omitempty"`

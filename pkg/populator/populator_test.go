@@ -461,7 +461,7 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 		{
 			name:       "inline awsElasticBlockStore",
 			pod:        runningPod("web", inlineEBS),
-			want:       cache.Volume{Name: volumename.CSI(ebsDriver, "vol-0456"), Driver: ebsDriver, Handle: "vol-0456", DisplayName: "disk", Migrated: true},
+			want:       cache.Volume{Name: volumename.CSI(ebsDriver, "vol-0456"), Driver: ebsDriver, Handle: "vol-0456", DisplayName: ebsDriver + "-vol-0456", Migrated: true},
 			wantInline: true,
 		},
 		{
@@ -469,7 +469,7 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			pod:  runningPod("web", inlineGCE),
 			want: cache.Volume{
 				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
-				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2", DisplayName: "pd", Migrated: true,
+				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2", DisplayName: gceDriver + "-disk-2", Migrated: true,
 			},
 			wantInline: true,
 		},

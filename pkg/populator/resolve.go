@@ -99,13 +99,15 @@ func (p *Populator) resolve(logger klog.Logger, pod *v1.Pod, podVol *v1.Volume) 
 		if pv.Spec.CSI == nil {
 			return cache.Volume{}, false, fmt.Errorf("translation of in-tree inline volume gave no CSI source")
 		}
+		// The name CSI migration gives the translated PV is what
+		// kube-controller-manager's events call a migrated inline volume.
 		spec := pv.Spec
 		return cache.Volume{
 			Name:        volumename.CSI(spec.CSI.Driver, spec.CSI.VolumeHandle),
 			Driver:      spec.CSI.Driver,
 			Handle:      spec.CSI.VolumeHandle,
 			InlineSpec:  &spec,
-			DisplayName: podVol.Name,
+			DisplayName: pv.Name,
 			MultiAttach: volumename.MultiAttachAllowed(spec.AccessModes),
 			Migrated:    true,
 		}, true, nil

@@ -152,7 +152,8 @@ func TestVolumeHandleWithCaret(t *testing.T) {
 
 // TestMigratedInTreeVolumes: an in-tree gcePersistentDisk PV and an inline
 // gcePersistentDisk volume are translated to the PD CSI driver; the inline one's
-// VolumeAttachment carries the translated spec.
+// VolumeAttachment carries the translated spec, and its event names it as
+// kube-controller-manager does, by the translated PV's name.
 func TestMigratedInTreeVolumes(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	const pdDriver = "pd.csi.storage.gke.io"
@@ -209,6 +210,8 @@ func TestMigratedInTreeVolumes(t *testing.T) {
 	if spec == nil || spec.CSI == nil || spec.CSI.Driver != pdDriver || spec.CSI.VolumeHandle != inlineHandle || inlineVA.Spec.Source.PersistentVolumeName != nil {
 		t.Fatalf("VolumeAttachment of the inline volume: %+v", inlineVA.Spec.Source)
 	}
+	s.WaitEvent("gce-app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+pv.Name+`" `)
+	s.WaitEvent("gce-app", `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "`+pdDriver+"-"+s.Namespace+`-inline" `)
 	s.DeletePodNow("gce-app")
 	s.Eventually("the in-tree volumes detached", func() bool {
 		return !s.HasAttachment(pvVol, node) && !s.HasAttachment(inlineVol, node)
