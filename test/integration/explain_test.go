@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -51,7 +53,7 @@ func (s *scenario) waitExplained(want string, args ...string) string {
 // rules, or asked of the leader, which also knows its backoffs; also as JSON, and
 // through the real kubectl as the plugin kubectl-attachdetach.
 func TestExplainReasons(t *testing.T) {
-	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--http-endpoint=127.0.0.1:0"}})
+	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--http-endpoint=0.0.0.0:0"}})
 	a, b := s.Nodes[0], s.Nodes[1]
 	ns := s.Namespace
 	var leader string
@@ -59,7 +61,9 @@ func TestExplainReasons(t *testing.T) {
 		leader = s.ctrl.HTTPAddress()
 		return leader != ""
 	})
-	fromLeader := []string{"--from-leader", "--leader-url=http://" + leader}
+	_, port, err := net.SplitHostPort(leader)
+	s.Must(err)
+	fromLeader := []string{"--from-leader", "--leader-url=http://127.0.0.1:" + port}
 
 	held := s.AttachedVolume("held", "first", a)
 	s.CreatePod("second", b, held.Claim)
@@ -104,6 +108,14 @@ func TestExplainReasons(t *testing.T) {
 	if out := s.explainCmd(append(fromLeader, "pod/second", "-n", ns)...); !strings.Contains(out, "as the leader saw it") || !strings.Contains(out, "held by "+a) {
 		t.Errorf("explain --from-leader pod/second:\n%s", out)
 	}
+	t.Run("leader found through its Lease and the API server's proxy", func(t *testing.T) {
+		podIP := globalUnicastIPv4(t)
+		leaderPod(t, s, ns, "adc-leader", podIP)
+		viaProxy := []string{"--from-leader", "--leader-port=" + port, "--leader-elect-resource-namespace=" + ns}
+		if out := s.explainCmd(append(viaProxy, "pod/failing-user", "-n", ns)...); !strings.Contains(out, "as the leader saw it") {
+			t.Errorf("explain --from-leader through the proxy to %s:%s:\n%s", podIP, port, out)
+		}
+	})
 	s.Attacher.ClearFailures(failing.Handle)
 
 	unbound := &v1.PersistentVolumeClaim{
@@ -113,7 +125,7 @@ func TestExplainReasons(t *testing.T) {
 			Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}
-	_, err := s.Client.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), unbound, metav1.CreateOptions{})
+	_, err = s.Client.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), unbound, metav1.CreateOptions{})
 	s.Must(err)
 	s.CreatePod("unbound-user", a, "unbound")
 	s.waitExplained("claim "+ns+"/unbound is not bound", "pod/unbound-user", "-n", ns)
@@ -162,4 +174,40 @@ func TestExplainReasons(t *testing.T) {
 		_ = s.Client.StorageV1().CSIDrivers().Delete(context.Background(), s.Driver, metav1.DeleteOptions{})
 	})
 	s.waitExplained("needs no attaching: CSIDriver "+s.Driver+" says attachRequired: false", "pod/first", "-n", ns)
+}
+
+// globalUnicastIPv4 returns an address of this machine that the API server agrees
+// to proxy to (it refuses loopback), to stand for the leader pod's IP.
+func globalUnicastIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ipNet, ok := a.(*net.IPNet); ok && ipNet.IP.To4() != nil && ipNet.IP.IsGlobalUnicast() {
+			return ipNet.IP.String()
+		}
+	}
+	t.Skip("this machine has no global unicast IPv4 address for the API server to proxy to")
+	return ""
+}
+
+// leaderPod makes the controller under test look like a leader pod, as the
+// Deployment runs it: a Pod whose IP is podIP, named by the leader Lease's holder.
+func leaderPod(t *testing.T, s *scenario, ns, name, podIP string) {
+	t.Helper()
+	pod, err := s.Client.CoreV1().Pods(ns).Create(t.Context(), &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "controller", Image: "attachdetach-controller"}}},
+	}, metav1.CreateOptions{})
+	s.Must(err)
+	pod.Status.PodIP, pod.Status.PodIPs = podIP, []v1.PodIP{{IP: podIP}}
+	_, err = s.Client.CoreV1().Pods(ns).UpdateStatus(t.Context(), pod, metav1.UpdateOptions{})
+	s.Must(err)
+	_, err = s.Client.CoordinationV1().Leases(ns).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "attachdetach-controller"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name + "_0f6c2d9e")},
+	}, metav1.CreateOptions{})
+	s.Must(err)
 }
