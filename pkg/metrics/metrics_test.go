@@ -2,12 +2,15 @@ package metrics
 
 import (
 	"errors"
+	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -185,4 +188,52 @@ workqueue_retries_total{name="test"} 1
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "workqueue_adds_total", "workqueue_retries_total"); err != nil {
 		t.Error(err)
 	}
+
+	// The histograms have client-go's (component-base's) buckets.
+	item, _ := queue.Get()
+	queue.Done(item)
+	u := url.URL{Scheme: "https", Host: "api.example.com:6443"}
+	clientmetrics.RequestLatency.Observe(t.Context(), "GET", u, 30*time.Millisecond)
+	clientmetrics.RateLimiterLatency.Observe(t.Context(), "GET", u, time.Millisecond)
+	queueBounds := []float64{1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1, 10}
+	requestBounds := []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60}
+	for name, want := range map[string][]float64{
+		"workqueue_queue_duration_seconds":          queueBounds,
+		"workqueue_work_duration_seconds":           queueBounds,
+		"rest_client_request_duration_seconds":      requestBounds,
+		"rest_client_rate_limiter_duration_seconds": requestBounds,
+	} {
+		got := histogramBounds(t, m, name)
+		if len(got) != len(want) {
+			t.Errorf("%s buckets = %v, want %v", name, got, want)
+			continue
+		}
+		for i := range want {
+			if math.Abs(got[i]-want[i]) > want[i]*1e-9 {
+				t.Errorf("%s buckets = %v, want %v", name, got, want)
+				break
+			}
+		}
+	}
+}
+
+// histogramBounds returns the bucket bounds of the first series of the histogram.
+func histogramBounds(t *testing.T, m *Metrics, name string) []float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name || len(f.GetMetric()) == 0 {
+			continue
+		}
+		var bounds []float64
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			bounds = append(bounds, b.GetUpperBound())
+		}
+		return bounds
+	}
+	t.Errorf("no %s series", name)
+	return nil
 }
