@@ -64,11 +64,13 @@ type KubeletOptions struct {
 //     already gone (TestKubeletMountsOnlyAttached).
 //   - What it skips. It has no CSI node side: no CSINode or node ID annotation (the
 //     local cluster makes CSINodes), no NodeStage/NodePublish with the
-//     VolumeAttachment's attachmentMetadata, no plugin registration to wait for.
+//     VolumeAttachment's attachmentMetadata (TestKubeletMountsOnlyAttached), no
+//     plugin registration to wait for (csidriver's TestRegistration).
 //   - Restarts. A simulator started on existing nodes takes over their volumesInUse;
 //     a restarted kubelet keeps its last volumesInUse until its volume manager has
 //     rebuilt its state from the pod directories, then stages and publishes every
-//     mounted volume again (TestKubeletRestartKeepsMountedVolume).
+//     mounted volume again at the same paths, unpublishing and unstaging nothing
+//     (asserted by TestKubeletRestartKeepsMountedVolume).
 //   - A dead node. SetReady(false) reports Ready False as a live kubelet would; a
 //     stopped kubelet reports nothing, and it is the node lifecycle controller that
 //     sets Ready Unknown, a grace period after the last lease renewal

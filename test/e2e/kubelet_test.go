@@ -188,14 +188,20 @@ func TestKubeletRWOMove(t *testing.T) {
 
 // TestKubeletRestartKeepsMountedVolume kills the kubelet of a node whose pod has a
 // volume mounted and starts it again on the same root directory: kubelet rebuilds
-// its state from the pod directories, reports the volume in use again, and nothing
-// is detached meanwhile. The pod's later deletion still unstages before the detach.
+// its state from the pod directories, reports the volume in use again, and stages
+// and publishes it again at the same paths, without unpublishing or unstaging it
+// first; nothing is detached meanwhile and the VolumeAttachment stays the same one.
+// The pod's later deletion still unstages before the detach.
 func TestKubeletRestartKeepsMountedVolume(t *testing.T) {
 	c := newCluster(t, clusterOptions{hollow: true})
 	node := c.Nodes[0]
 	v := c.RunningVolume("data", "app", node)
 	va := c.Attachment(v, node)
-	before := len(c.nodeCalls(v, node))
+	before := c.nodeCalls(v, node)
+	staged, published := lastCall(before, csidriver.OpNodeStage), lastCall(before, csidriver.OpNodePublish)
+	if staged.StagingPath == "" || published.TargetPath == "" {
+		t.Fatalf("pod Running without the volume staged and published: %v", describeCalls(before))
+	}
 
 	kubelet := c.local.Hollow[node]
 	registrations, _ := kubelet.Plugin.Registrations()
@@ -216,15 +222,45 @@ func TestKubeletRestartKeepsMountedVolume(t *testing.T) {
 		return now == nil || now.UID != va.UID || now.DeletionTimestamp != nil || !attached || !inUse
 	})
 	c.WaitPodRunning("app")
-	t.Logf("driver calls after the restart: %v", describeCalls(c.nodeCalls(v, node)[before:]))
+	c.Eventually("kubelet to stage and publish the volume again", func() bool {
+		return lastIndex(c.nodeCalls(v, node)[len(before):], csidriver.OpNodePublish) >= 0
+	})
+	after := c.nodeCalls(v, node)[len(before):]
+	t.Logf("driver calls after the restart: %v", describeCalls(after))
+	assertReconstructed(t, after, staged, published)
 	if calls := c.local.Driver.CallsFor(csidriver.OpUnpublish, v.Handle); len(calls) > 0 {
 		t.Errorf("ControllerUnpublishVolume across the kubelet restart: %+v", calls)
+	}
+	if now := c.Attachment(v, node); now == nil || now.UID != va.UID || now.DeletionTimestamp != nil {
+		t.Errorf("VolumeAttachment after the kubelet restart %v, want %s (uid %s) kept", now, va.Name, va.UID)
 	}
 
 	c.DeletePod("app")
 	c.WaitDetached(v, node)
 	assertOrder(t, c.nodeCalls(v, node), csidriver.OpNodeUnpublish, csidriver.OpNodeUnstage, csidriver.OpUnpublish)
 	c.assertNoDetachUnderMount(v)
+}
+
+// assertReconstructed checks the node calls of a volume after kubelet restarted,
+// given its staging and publishing before: a NodeStageVolume at the same staging
+// path, then a NodePublishVolume to the same target from it, with no
+// NodeUnpublishVolume or NodeUnstageVolume before them.
+func assertReconstructed(t *testing.T, after []csidriver.Call, staged, published csidriver.Call) {
+	t.Helper()
+	stage := slices.IndexFunc(after, func(call csidriver.Call) bool {
+		return call.Operation == csidriver.OpNodeStage && call.StagingPath == staged.StagingPath
+	})
+	publish := slices.IndexFunc(after, func(call csidriver.Call) bool {
+		return call.Operation == csidriver.OpNodePublish && call.StagingPath == staged.StagingPath && call.TargetPath == published.TargetPath
+	})
+	if stage < 0 || publish < stage {
+		t.Fatalf("want NodeStageVolume at %s, then NodePublishVolume to %s, after the restart; got %v", staged.StagingPath, published.TargetPath, describeCalls(after))
+	}
+	if i := slices.IndexFunc(after[:publish], func(call csidriver.Call) bool {
+		return call.Operation == csidriver.OpNodeUnpublish || call.Operation == csidriver.OpNodeUnstage
+	}); i >= 0 {
+		t.Errorf("%s after the restart, before kubelet staged and published the volume again: %v", after[i].Operation, describeCalls(after))
+	}
 }
 
 // TestControllerRestartWhileKubeletsMount kills the controller right after pods with
@@ -258,15 +294,15 @@ func TestControllerRestartWhileKubeletsMount(t *testing.T) {
 	}
 }
 
-// podPhase returns the phase of a pod of the world.
 // TestKubeletDeadNodeForceDetach stops the kubelet of a node whose pod has a volume
 // mounted, as a lost machine would, with kube-controller-manager's node lifecycle
 // controller running: the pod is deleted (as pod garbage collection or an operator
-// would), its volume stays in the dead node's last volumesInUse, and the controller
-// detaches it only after --max-wait-for-unmount and once the node is NotReady; the
-// pod made anew on another node then runs.
+// would) and its volume stays in the dead node's last volumesInUse. The node goes
+// NotReady a grace period (10 s) later, yet the controller keeps the volume attached
+// until --max-wait-for-unmount (20 s) after the pod's deletion, and only then, the
+// node NotReady, force-detaches it; the pod made anew on another node then runs.
 func TestKubeletDeadNodeForceDetach(t *testing.T) {
-	const maxWait = 5 * time.Second
+	const maxWait = 20 * time.Second
 	c := newCluster(t, clusterOptions{
 		hollow:                 true,
 		nodeMonitorGracePeriod: 10 * time.Second,
@@ -276,18 +312,28 @@ func TestKubeletDeadNodeForceDetach(t *testing.T) {
 	v := c.RunningVolume("data", "first", a)
 
 	c.Must(c.local.Hollow[a].Kill())
+	deletionSeen := c.watchAttachmentDeletion(v, a)
+	// The wait for unmount cannot begin before the pod's deletion was asked for.
+	deleting := time.Now()
 	c.DeletePodNow("first")
-	deleted := time.Now()
 	c.CreatePod("second", b, v.Claim)
 	c.Eventually(a+" NotReady", func() bool { return !c.nodeReady(a) })
 	notReady := time.Now()
 	c.WaitPodRunning("second")
 
+	forceAt, deleted := deleting.Add(maxWait), deletionSeen()
 	detach := lastCall(c.nodeCalls(v, a), csidriver.OpUnpublish)
-	t.Logf("pod deleted, node NotReady %s later, detached from it %s after the deletion", notReady.Sub(deleted).Round(time.Millisecond), detach.Time.Sub(deleted).Round(time.Millisecond))
-	if detach.Time.Sub(deleted) < maxWait || detach.Time.Before(notReady.Add(-time.Second)) {
-		t.Errorf("detached from %s at %s: before the max wait for unmount (%s after %s) or before the node was NotReady (%s)",
-			a, detach.Time.Format(time.StampMilli), maxWait, deleted.Format(time.StampMilli), notReady.Format(time.StampMilli))
+	t.Logf("pod deleted; node NotReady seen %s later, the VolumeAttachment's deletion %s later, ControllerUnpublishVolume %s later",
+		notReady.Sub(deleting).Round(time.Millisecond), deleted.Sub(deleting).Round(time.Millisecond), detach.Time.Sub(deleting).Round(time.Millisecond))
+	if !notReady.Before(forceAt) {
+		t.Errorf("node %s NotReady seen only at %s, after the max wait for unmount had ended at %s: the case does not show the wait", a, notReady.Format(time.StampMilli), forceAt.Format(time.StampMilli))
+	}
+	if deleted.IsZero() || deleted.Before(forceAt) || detach.Time.Before(forceAt) {
+		t.Errorf("VolumeAttachment's deletion seen at %s, ControllerUnpublishVolume at %s: want both no earlier than the max wait for unmount (%s) after the pod's deletion at %s, although the node was NotReady at %s",
+			deleted.Format(time.StampMilli), detach.Time.Format(time.StampMilli), maxWait, deleting.Format(time.StampMilli), notReady.Format(time.StampMilli))
+	}
+	if !notReady.Before(deleted) || c.nodeReady(a) {
+		t.Errorf("node %s NotReady seen at %s, the VolumeAttachment's deletion at %s: want the node NotReady at the force detach and since", a, notReady.Format(time.StampMilli), deleted.Format(time.StampMilli))
 	}
 	if !detach.StillStaged || slices.ContainsFunc(c.nodeCalls(v, a), func(call csidriver.Call) bool { return call.Operation == csidriver.OpNodeUnstage }) {
 		t.Errorf("want the dead node's volume detached while still staged, never unstaged: %v", describeCalls(c.nodeCalls(v, a)))
@@ -341,6 +387,7 @@ func (c *cluster) nodeReady(name string) bool {
 	})
 }
 
+// podPhase returns the phase of a pod of the world.
 func (c *cluster) podPhase(name string) corev1.PodPhase {
 	c.T.Helper()
 	pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(c.T.Context(), name, metav1.GetOptions{})
