@@ -104,30 +104,44 @@ type Decision struct {
 // that has not started yet counts from now, as the next Sync starts it; a
 // snapshot of the cluster cannot know when a wait began, and says so.
 func (r *Reconciler) Explain(name volumename.UniqueName, live bool) []Decision {
-	return r.decisions(name, false, live)
+	if live {
+		return r.decisions(name, waitsFromNow)
+	}
+	return r.decisions(name, waitsUnknown)
 }
 
-// decisions returns the decisions about the volume on every node. With
-// keepWaits, a wait for unmount starts (and ends) as in Sync, so that the
-// decisions of successive calls follow it; without it, a wait not started counts
-// from now if startUnknownNow, and as started at an unknown time otherwise.
-func (r *Reconciler) decisions(name volumename.UniqueName, keepWaits, startUnknownNow bool) []Decision {
+// unmountWaits says how decisions treat the waits for unmount.
+type unmountWaits int
+
+const (
+	// waitsKept starts (and ends) waits as Sync does, so that the decisions of
+	// successive calls follow them.
+	waitsKept unmountWaits = iota
+	// waitsFromNow reads the waits, and counts one not started yet from now.
+	waitsFromNow
+	// waitsUnknown reads the waits, and leaves the start of one not started
+	// unknown (zero).
+	waitsUnknown
+)
+
+// decisions returns the decisions about the volume on every node.
+func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) []Decision {
 	desired, _ := r.cfg.Desired.Volume(name)
 	attachments := r.cfg.Actual.Volume(name)
 	now := r.cfg.Now()
 	var out []Decision
 	for _, on := range attachments {
 		if _, wanted := desired.Nodes[on.Node]; wanted {
-			if keepWaits {
+			if waits == waitsKept {
 				r.cfg.Actual.EndUnmountWait(on.Volume, on.Node)
 			}
 			continue
 		}
 		out = append(out, r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
-			switch {
-			case keepWaits:
+			switch waits {
+			case waitsKept:
 				return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
-			case startUnknownNow:
+			case waitsFromNow:
 				return cmp.Or(on.UnmountWaitStarted, now)
 			}
 			return on.UnmountWaitStarted

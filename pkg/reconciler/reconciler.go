@@ -95,7 +95,7 @@ func (r *Reconciler) Run(ctx context.Context, workers int) {
 // observe instead of acting on them, until ctx ends.
 func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
 	r.run(ctx, workers, func(_ context.Context, name volumename.UniqueName) time.Duration {
-		decisions := r.decisions(name, true, true)
+		decisions := r.decisions(name, waitsKept)
 		observe(name, decisions)
 		var next requeue
 		now := r.cfg.Now()
