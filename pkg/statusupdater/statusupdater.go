@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -54,12 +55,34 @@ type Updater struct {
 }
 
 // nodeRecord serialises the writes for one node. It remembers the last list
-// written, with the resourceVersion of the informer copy it was based on: while the
-// informer still shows that version, the written list is the current one.
+// written, with the resourceVersion of the informer copy it was based on and the
+// one the API server answered the write with: while the informer shows that base,
+// or any version up to the write's own, the written list is the current one (a
+// merge patch replaces the whole list, so nothing older than the write survives
+// it). The informer delivers the controller's earlier writes after its later ones
+// went out; judging from those copies would write the same list again.
 type nodeRecord struct {
-	mu          sync.Mutex
-	baseVersion string
-	written     []v1.AttachedVolume
+	mu             sync.Mutex
+	baseVersion    string
+	writtenVersion string
+	written        []v1.AttachedVolume
+}
+
+// current is the list node status holds as far as the informer's copy and the
+// controller's last write tell.
+func (r *nodeRecord) current(node *v1.Node) []v1.AttachedVolume {
+	if r.written == nil {
+		return node.Status.VolumesAttached
+	}
+	if node.ResourceVersion == r.baseVersion {
+		return r.written
+	}
+	// Resource versions of one resource are ordered; one that cannot be
+	// compared leaves the informer's copy as the only guide.
+	if cmp, err := resourceversion.CompareResourceVersion(node.ResourceVersion, r.writtenVersion); err == nil && cmp <= 0 {
+		return r.written
+	}
+	return node.Status.VolumesAttached
 }
 
 // confirmation is one caller of Confirm waiting for a write that covers it.
@@ -250,10 +273,7 @@ func (u *Updater) sync(ctx context.Context, r *nodeRecord, nodeName string) erro
 	if !cache.IsManaged(node) {
 		return nil
 	}
-	current := node.Status.VolumesAttached
-	if r.written != nil && node.ResourceVersion == r.baseVersion {
-		current = r.written
-	}
+	current := r.current(node)
 	want, precondition := u.wanted(node, current)
 	if sameList(current, want) {
 		return nil
@@ -307,10 +327,7 @@ func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (
 		return nil, fmt.Errorf("reading node %s from the informer: %w", nodeName, err)
 	}
 	if base != nil && cache.IsManaged(base) {
-		current := base.Status.VolumesAttached
-		if r.written != nil && base.ResourceVersion == r.baseVersion {
-			current = r.written
-		}
+		current := r.current(base)
 		if want, precondition := u.wanted(base, current); !sameList(current, want) {
 			patched, err := u.patch(ctx, r, base, want, precondition)
 			if (err != nil && !apierrors.IsConflict(err)) || (err == nil && (patched == nil || sameList(patched.Status.VolumesAttached, want))) {
@@ -393,6 +410,10 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	u.metrics.NodeStatusPatches.WithLabelValues("success").Inc()
 	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", base.Name, "volumesAttached", len(want))
 	r.baseVersion = base.ResourceVersion
+	r.writtenVersion = ""
+	if patched != nil {
+		r.writtenVersion = patched.ResourceVersion
+	}
 	r.written = want
 	return patched, nil
 }

@@ -123,10 +123,12 @@ type StartupResults struct {
 	// ToNodeStatusSeconds is the new process's start → the probe volume first seen
 	// in node status.
 	ToNodeStatusSeconds float64 `json:"toNodeStatusSeconds"`
-	// VolumeAttachmentDeletes and OtherNodeStatusWrites count, from SIGTERM to a
-	// settling period after the probe reached node status, the VolumeAttachments
-	// deleted and the status writes to nodes other than the probe's: both are 0
-	// when the restart detached and re-wrote nothing.
+	// VolumeAttachmentDeletes and OtherNodeStatusWrites count, from the new
+	// process's start (the old one has exited) to a settling period after the
+	// probe reached node status, the VolumeAttachments deleted and the status
+	// writes to nodes other than the probe's: both are 0 when the restart detached
+	// and re-wrote nothing. The old process's requests between its SIGTERM and its
+	// exit are not the restart's and are left out.
 	VolumeAttachmentDeletes int `json:"volumeAttachmentDeletes"`
 	OtherNodeStatusWrites   int `json:"otherNodeStatusWrites"`
 }

@@ -158,8 +158,10 @@ type world struct {
 	pods       map[string]placement // volume -> its pod
 	observer   *observer
 	began      time.Time
-	// startupNode is the node of the start-up probe's pod.
+	// startupNode is the node of the start-up probe's pod; restarted is when the
+	// start-up phase's new process was started, after the old one had exited.
 	startupNode string
+	restarted   time.Time
 	// ctrl is the controller process the phases measure; live holds the processes
 	// that must keep running, all every process started.
 	ctrl *proc.Process
@@ -247,7 +249,7 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 		return nil, err
 	}
 	res.requests = countByPhase(events, user, windows)
-	res.startupVADeletes, res.startupOtherWrites = countRestartWrites(events, user, windows[startupPhase], w.startupNode)
+	res.startupVADeletes, res.startupOtherWrites = countRestartWrites(events, user, window{from: w.restarted, to: windows[startupPhase].to}, w.startupNode)
 	return res, nil
 }
 
@@ -604,6 +606,7 @@ func (w *world) measureStartup(ctx context.Context, res *result, windows *[numPh
 	w.startupNode = w.nodes[len(w.nodes)/2]
 	node := w.startupNode
 	started := time.Now()
+	w.restarted = started
 	var err error
 	if w.ctrl, err = w.startController("restarted", nil); err != nil {
 		return err
@@ -762,8 +765,11 @@ func countByPhase(events []testenv.AuditEvent, user string, windows [numPhases]w
 	return counts
 }
 
-// countRestartWrites counts, among the user's requests in the start-up window, the
-// VolumeAttachments deleted and the status writes to nodes other than probeNode.
+// countRestartWrites counts, among the user's requests received from the new
+// process's start to the end of the start-up window, the VolumeAttachments deleted
+// and the status writes to nodes other than probeNode. The old process's last
+// requests, made between its SIGTERM and its exit, are the previous run's, not the
+// restart's: they count in the phase's API requests only.
 func countRestartWrites(events []testenv.AuditEvent, user string, startup window, probeNode string) (vaDeletes, otherNodeWrites int) {
 	for _, ev := range events {
 		if ev.User != user || !startup.contains(ev.Received) {
