@@ -29,6 +29,10 @@ import (
 // live state.
 const ExplainPath = "/debug/explain"
 
+// leaderTimeout bounds the wait for the leader's answer, so that a leader that
+// cannot be reached leaves time to read the cluster instead.
+const leaderTimeout = 10 * time.Second
+
 // ExplainOptions are the settings of the explain command.
 type ExplainOptions struct {
 	Kubeconfig string
@@ -143,7 +147,9 @@ func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer
 	}
 	var report explain.Report
 	if o.FromLeader {
-		report, err = askLeader(ctx, client, o)
+		leaderCtx, cancelLeader := context.WithTimeout(ctx, leaderTimeout)
+		report, err = askLeader(leaderCtx, client, o)
+		cancelLeader()
 		if err != nil {
 			fmt.Fprintf(stderr, "Could not ask the leader (%v); reading the cluster instead.\n", err)
 		}
