@@ -125,11 +125,13 @@ func TestExplainReaderRBAC(t *testing.T) {
 		if err == nil {
 			t.Fatalf("explain succeeded without the roles bound:\n%s", stdout)
 		}
+		// klog quotes the informers' errors, escaping their quotes.
+		unquoted := strings.ReplaceAll(stderr, `\"`, `"`)
 		for _, refusal := range []*regexp.Regexp{
 			regexp.MustCompile(`leases\.coordination\.k8s\.io "` + defaultLease + `" is forbidden: User "` + regexp.QuoteMeta(explainUser) + `" cannot get resource "leases"`),
 			regexp.MustCompile(`is forbidden: User "` + regexp.QuoteMeta(explainUser) + `" cannot (list|watch) resource "pods"`),
 		} {
-			if !refusal.MatchString(stderr) {
+			if !refusal.MatchString(unquoted) {
 				t.Errorf("explain's standard error does not match %q:\n%s", refusal, stderr)
 			}
 		}
