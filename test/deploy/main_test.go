@@ -1,11 +1,12 @@
 // Package deploy tests that the controller is deployable in a cluster: the manifests
 // in manifests/ are accepted by a real kube-apiserver, the RBAC they grant is exactly
-// what the controller needs, and two replicas hand over the leader Lease safely.
+// what the controller needs, and two replicas hand over the leader Lease safely; the
+// explain-reader component lets a user who is no admin run explain.
 //
 // All tests share one control plane. The controller runs as a child process under
 // the identity of the manifests' ServiceAccount; the API server's audit log records
 // its requests, each tagged with the token it used, so every request is traced back
-// to the replica that made it.
+// to the replica that made it. explain's requests are recorded the same way.
 package deploy
 
 import (
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 	}
 	manifests = filepath.Join(root, "manifests")
 	opts := suite.Options{
-		ControlPlane: testenv.Options{AuditUsers: []string{testenv.ServiceAccountUser(controllerNamespace, controllerAccount)}},
+		ControlPlane: testenv.Options{AuditUsers: []string{testenv.ServiceAccountUser(controllerNamespace, controllerAccount), explainUser}},
 		Tools:        []string{binaries.Kubectl},
 	}
 	os.Exit(suite.Main(m, opts, func(e *suite.Env) { env = e }))

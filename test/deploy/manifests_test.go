@@ -327,19 +327,7 @@ func narrowRule(r rbacv1.PolicyRule) error {
 // prometheus-rules component renders the base's objects and the PrometheusRule in
 // the controller's namespace.
 func TestPrometheusRulesComponent(t *testing.T) {
-	dir := t.TempDir()
-	rel := func(path string) string {
-		r, err := filepath.Rel(dir, path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	kustomization := fmt.Sprintf("resources:\n  - %s\ncomponents:\n  - %s\n",
-		rel(manifests), rel(filepath.Join(manifests, "components", "prometheus-rules")))
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := overlayWithComponent(t, "prometheus-rules")
 	objs := render(t, dir)
 	if len(objs) != len(renderManifests(t))+1 {
 		t.Errorf("the overlay renders %d objects, want the base's and one more", len(objs))
@@ -351,4 +339,24 @@ func TestPrometheusRulesComponent(t *testing.T) {
 	if ns := objs[i].GetNamespace(); ns != controllerNamespace {
 		t.Errorf("PrometheusRule in namespace %q, want %q", ns, controllerNamespace)
 	}
+}
+
+// overlayWithComponent writes, in a temporary directory, an overlay of manifests/
+// with one of manifests/components, and returns the directory.
+func overlayWithComponent(t *testing.T, component string) string {
+	t.Helper()
+	dir := t.TempDir()
+	rel := func(path string) string {
+		r, err := filepath.Rel(dir, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	kustomization := fmt.Sprintf("resources:\n  - %s\ncomponents:\n  - %s\n",
+		rel(manifests), rel(filepath.Join(manifests, "components", component)))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
