@@ -208,13 +208,7 @@ func checkExplainGranted(t *testing.T, requests []request) {
 			t.Errorf("explain --from-leader did not %s", p)
 		}
 	}
-	var unused []string
-	for _, p := range sortedPermissions(clusterWide) {
-		if !used[p] {
-			unused = append(unused, p.String())
-		}
-	}
-	t.Logf("%d requests; ClusterRole permissions this run did not need: %v", len(requests), unused)
+	logUnusedPermissions(t, len(requests), clusterWide, used)
 }
 
 // explainReader is explain's user with a token of its own, so that the audit log

@@ -94,13 +94,20 @@ func checkRequestsGranted(t *testing.T, r *replica) {
 			t.Errorf("not granted by manifests/: %s", req)
 		}
 	}
+	logUnusedPermissions(t, len(requests), clusterWide, used)
+}
+
+// logUnusedPermissions logs, after n requests, the ClusterRole permissions none of
+// them used.
+func logUnusedPermissions(t *testing.T, n int, clusterWide, used map[permission]bool) {
+	t.Helper()
 	var unused []string
 	for _, p := range sortedPermissions(clusterWide) {
 		if !used[p] {
 			unused = append(unused, p.String())
 		}
 	}
-	t.Logf("%d requests; ClusterRole permissions this run did not need: %v", len(requests), unused)
+	t.Logf("%d requests; ClusterRole permissions this run did not need: %v", n, unused)
 }
 
 // TestMissingPermissionFails runs the controller with the manifests' ClusterRole
