@@ -137,8 +137,9 @@ func TestConfirmSharesTheBatchedWrite(t *testing.T) {
 				}
 				d := volumename.CSI("d", "d")
 				h.attach(d, true)
-				h.updater.Enqueue(nodeName)
+				// Recording starts before the worker can write.
 				times := h.patchTimes()
+				h.updater.Enqueue(nodeName)
 				type answer struct {
 					vol  volumename.UniqueName
 					node *v1.Node
