@@ -110,7 +110,8 @@ func (w *Workload) CreateNamespace(ctx context.Context) error {
 }
 
 // CreateVolume creates a claim and the PersistentVolume bound to it (see NewVolume),
-// both with status Bound, as the PersistentVolume controller leaves them.
+// both with status Bound, as the PersistentVolume controller leaves them, the
+// claim's status written last.
 func (w *Workload) CreateVolume(ctx context.Context, claim string, o VolumeOptions) (Volume, error) {
 	v := w.NewVolume(claim, o)
 	pvc := &corev1.PersistentVolumeClaim{
@@ -129,18 +130,22 @@ func (w *Workload) CreateVolume(ctx context.Context, claim string, o VolumeOptio
 	if err != nil {
 		return v, fmt.Errorf("creating claim %s/%s: %w", w.Namespace, claim, err)
 	}
+	if !o.NoPV {
+		uid := created.UID
+		if o.ClaimUID != "" {
+			uid = o.ClaimUID
+		}
+		if err := w.createPV(ctx, v, uid, o.PV); err != nil {
+			return v, err
+		}
+	}
+	// The claim is bound last, as the PersistentVolume controller binds it: a
+	// controller that sees it Bound may already find its PersistentVolume.
 	created.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, AccessModes: v.Modes, Capacity: volumeSize}
 	if _, err := claims.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return v, fmt.Errorf("binding claim %s/%s: %w", w.Namespace, claim, err)
 	}
-	if o.NoPV {
-		return v, nil
-	}
-	uid := created.UID
-	if o.ClaimUID != "" {
-		uid = o.ClaimUID
-	}
-	return v, w.createPV(ctx, v, uid, o.PV)
+	return v, nil
 }
 
 // CreatePV creates the volume's PersistentVolume, bound to the claim with claimUID.

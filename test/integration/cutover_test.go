@@ -151,13 +151,13 @@ func (c *cutover) waitKCMLog(p *proc.Process, line string) {
 func (c *cutover) attachAndStartMoves() {
 	c.T.Helper()
 	a, b := c.Nodes[0], c.Nodes[1]
-	c.kept = c.AttachedVolume("kept", "keeper", a)
-	c.moving = c.AttachedVolume("moving", "mover", a)
-	c.dropped = c.AttachedVolume("dropped", "dropper", a)
+	c.kept = c.kcmAttachedVolume("kept", "keeper", a)
+	c.moving = c.kcmAttachedVolume("moving", "mover", a)
+	c.dropped = c.kcmAttachedVolume("dropped", "dropper", a)
 	c.pending = c.CreateVolume("pending", workload.VolumeOptions{})
 	c.Attacher.FailAttach(c.pending.Handle, "the attach times out")
 	c.CreatePod("waiter", b, c.pending.Claim)
-	c.Eventually("KCM's VolumeAttachment of pending on "+b+" with the attacher's error", func() bool {
+	c.kcmEventually("KCM's VolumeAttachment of pending on "+b+" with the attacher's error", func() bool {
 		va := c.Attachment(c.pending, b)
 		return va != nil && va.Status.AttachError != nil
 	})
@@ -171,7 +171,7 @@ func (c *cutover) attachAndStartMoves() {
 	c.DeletePod("mover")
 	c.DeletePod("dropper")
 	c.CreatePod("mover-b", b, c.moving.Claim)
-	c.Eventually("KCM to report the move waiting for the volume to leave "+a, func() bool {
+	c.kcmEventually("KCM to report the move waiting for the volume to leave "+a, func() bool {
 		return slices.ContainsFunc(c.PodEvents("mover-b"), func(e string) bool {
 			return strings.HasPrefix(e, "Warning FailedAttachVolume ")
 		})

@@ -2,15 +2,22 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
 var env *suite.Env
@@ -107,4 +114,60 @@ func countEqual(list []string, want string) int {
 		}
 	}
 	return n
+}
+
+// kcmTouchPeriod is how often kcmEventually touches the world's claims.
+const kcmTouchPeriod = 3 * time.Second
+
+// kcmEventually waits for cond, a step kube-controller-manager's attach/detach loop
+// takes. That loop drops a pod whose claim or PersistentVolume its informers have
+// not delivered yet, and looks at the pod again only when the claim changes or when
+// its populator lists every pod again, 3 minutes later; so while it waits,
+// kcmEventually touches the world's claims (an annotation) every kcmTouchPeriod.
+func (s *scenario) kcmEventually(what string, cond func() bool) {
+	s.T.Helper()
+	last := time.Now()
+	s.Eventually(what, func() bool {
+		if cond() {
+			return true
+		}
+		if time.Since(last) >= kcmTouchPeriod {
+			last = time.Now()
+			s.touchClaims()
+		}
+		return false
+	})
+}
+
+// touchClaims writes an annotation with the time on each of the world's claims.
+func (s *scenario) touchClaims() {
+	s.T.Helper()
+	claims := s.Client.CoreV1().PersistentVolumeClaims(s.Namespace)
+	list, err := claims.List(s.T.Context(), metav1.ListOptions{})
+	s.Must(err)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, touchedAnnotation, time.Now().Format(time.RFC3339Nano))
+	for _, pvc := range list.Items {
+		if _, err := claims.Patch(s.T.Context(), pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			s.T.Fatalf("touching claim %s: %v", pvc.Name, err)
+		}
+	}
+}
+
+// touchedAnnotation is the annotation touchClaims writes.
+const touchedAnnotation = "test.attachdetach-controller.io/touched"
+
+// kcmAttachedVolume is AttachedVolume for a world whose volumes
+// kube-controller-manager attaches.
+func (s *scenario) kcmAttachedVolume(claim, pod, node string) workload.Volume {
+	s.T.Helper()
+	v := s.CreateVolume(claim, workload.VolumeOptions{})
+	s.CreatePod(pod, node, claim)
+	s.kcmWaitAttached(v, node)
+	return v
+}
+
+// kcmWaitAttached is WaitAttached for a volume kube-controller-manager attaches.
+func (s *scenario) kcmWaitAttached(v workload.Volume, node string) {
+	s.T.Helper()
+	s.kcmEventually(fmt.Sprintf("%s in the volumesAttached of %s", v.PV, node), func() bool { return s.InNodeStatus(node, v) })
 }

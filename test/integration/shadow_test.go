@@ -69,12 +69,12 @@ func TestShadowBesideKubeControllerManager(t *testing.T) {
 	})
 
 	// An ordinary workload, done by kube-controller-manager.
-	kept := s.AttachedVolume("kept", "keeper", a)
-	moved := s.AttachedVolume("moved", "mover", a)
+	kept := s.kcmAttachedVolume("kept", "keeper", a)
+	moved := s.kcmAttachedVolume("moved", "mover", a)
 	s.DeletePod("mover")
 	s.CreatePod("mover-b", b, moved.Claim)
-	s.WaitAttached(moved, b)
-	dropped := s.AttachedVolume("dropped", "dropper", b)
+	s.kcmWaitAttached(moved, b)
+	dropped := s.kcmAttachedVolume("dropped", "dropper", b)
 	s.DeletePod("dropper")
 	s.WaitDetached(dropped, b)
 	var got map[string]float64
