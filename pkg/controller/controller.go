@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/explain"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
@@ -288,6 +289,8 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	if c.opts.Shadow {
 		compare := shadow.New(logger, c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
 			c.metrics.ObserveShadowComparison(string(expected), agreed)
+		}, func(name volumename.UniqueName) string {
+			return explain.VolumeText(c.explainVolume(name, true))
 		})
 		go compare.Run(ctx, time.Second)
 		go c.reconciler.RunShadow(ctx, c.opts.Workers, compare.Observe)

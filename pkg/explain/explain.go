@@ -146,32 +146,44 @@ func WriteText(w io.Writer, r Report) error {
 		b.WriteString("  no attachable volume\n")
 	}
 	for _, v := range r.Volumes {
-		nodes := "one node at a time"
-		if v.MultiAttach {
-			nodes = "several nodes at once"
-		}
-		fmt.Fprintf(&b, "\nvolume %s (%s), %s\n", cmp.Or(v.Display, v.Name), v.Name, nodes)
-		for _, n := range v.Nodes {
-			needed := "no pod needs it"
-			if len(n.Pods) > 0 {
-				needed = "needed by " + strings.Join(n.Pods, ", ")
-			}
-			fmt.Fprintf(&b, "  %s: %s\n", n.Node, needed)
-			for _, a := range n.Attachments {
-				fmt.Fprintf(&b, "    %s\n", describeAttachment(a))
-			}
-			fmt.Fprintf(&b, "    node status: %s\n", describeStatus(n))
-			fmt.Fprintf(&b, "    %s: %s\n", actionLabels[n.Action], n.Reason)
-			if n.Running {
-				b.WriteString("    an operation is running\n")
-			}
-			if n.Backoff != "" {
-				fmt.Fprintf(&b, "    %s\n", n.Backoff)
-			}
-		}
+		b.WriteString("\n")
+		writeVolume(&b, v)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// VolumeText is the part of a report's text about one volume.
+func VolumeText(v Volume) string {
+	var b strings.Builder
+	writeVolume(&b, v)
+	return b.String()
+}
+
+func writeVolume(b *strings.Builder, v Volume) {
+	nodes := "one node at a time"
+	if v.MultiAttach {
+		nodes = "several nodes at once"
+	}
+	fmt.Fprintf(b, "volume %s (%s), %s\n", cmp.Or(v.Display, v.Name), v.Name, nodes)
+	for _, n := range v.Nodes {
+		needed := "no pod needs it"
+		if len(n.Pods) > 0 {
+			needed = "needed by " + strings.Join(n.Pods, ", ")
+		}
+		fmt.Fprintf(b, "  %s: %s\n", n.Node, needed)
+		for _, a := range n.Attachments {
+			fmt.Fprintf(b, "    %s\n", describeAttachment(a))
+		}
+		fmt.Fprintf(b, "    node status: %s\n", describeStatus(n))
+		fmt.Fprintf(b, "    %s: %s\n", actionLabels[n.Action], n.Reason)
+		if n.Running {
+			b.WriteString("    an operation is running\n")
+		}
+		if n.Backoff != "" {
+			fmt.Fprintf(b, "    %s\n", n.Backoff)
+		}
+	}
 }
 
 // actionLabels head the line that says what must happen.

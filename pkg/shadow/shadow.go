@@ -64,13 +64,18 @@ func expectationOf(d reconciler.Decision) (Expectation, bool) {
 // Result counts one comparison.
 type Result func(expected Expectation, agreed bool)
 
+// Explainer tells, in explain's words, what the controller knows and decides
+// about a volume now.
+type Explainer func(volumename.UniqueName) string
+
 // Comparer holds decisions until their grace period is over, then compares.
 type Comparer struct {
-	grace  time.Duration
-	nodes  corelisters.NodeLister
-	result Result
-	now    func() time.Time
-	logger klog.Logger
+	grace   time.Duration
+	nodes   corelisters.NodeLister
+	result  Result
+	explain Explainer
+	now     func() time.Time
+	logger  klog.Logger
 
 	mu      sync.Mutex
 	pending map[key]*pending
@@ -91,9 +96,10 @@ type pending struct {
 }
 
 // New returns a Comparer that reads node status from nodes, reports each
-// comparison to result and logs with logger.
-func New(logger klog.Logger, grace time.Duration, nodes corelisters.NodeLister, result Result) *Comparer {
-	return &Comparer{grace: grace, nodes: nodes, result: result, now: time.Now, logger: logger, pending: make(map[key]*pending)}
+// comparison to result and logs each disagreement with logger, with explain's
+// text about the volume.
+func New(logger klog.Logger, grace time.Duration, nodes corelisters.NodeLister, result Result, explain Explainer) *Comparer {
+	return &Comparer{grace: grace, nodes: nodes, result: result, explain: explain, now: time.Now, logger: logger, pending: make(map[key]*pending)}
 }
 
 // Observe records the decisions made now about the volume, one per node, in
@@ -152,11 +158,32 @@ func (c *Comparer) Run(ctx context.Context, interval time.Duration) {
 }
 
 // CompareDue compares the decisions that have stood for the grace period and
-// were not compared yet.
+// were not compared yet, and logs each disagreement.
 func (c *Comparer) CompareDue() {
+	for _, d := range c.compareDue() {
+		c.logger.Info("Shadow disagreement: the cluster does not show what this controller would have done",
+			"volume", d.key.volume, "node", d.key.node, "expected", d.expected, "listedInNodeStatus", d.listed,
+			"decidedFor", d.decidedFor.Round(time.Second), "reason", d.reason, "explain", c.explain(d.key.volume))
+	}
+}
+
+// disagreement is a compared decision the cluster does not agree with.
+type disagreement struct {
+	key        key
+	expected   Expectation
+	listed     bool
+	decidedFor time.Duration
+	reason     string
+}
+
+// compareDue counts the comparisons due and returns the disagreements, to be
+// explained once the lock is released: explaining reads the reconciler's state,
+// whose workers call Observe.
+func (c *Comparer) compareDue() []disagreement {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
+	var out []disagreement
 	for k, p := range c.pending {
 		if p.compared || now.Sub(p.since) < c.grace {
 			continue
@@ -166,11 +193,10 @@ func (c *Comparer) CompareDue() {
 		agreed := listed == listedWhen(p.expected)
 		c.result(p.expected, agreed)
 		if !agreed {
-			c.logger.Info("Shadow disagreement: the cluster does not show what this controller would have done",
-				"volume", k.volume, "node", k.node, "expected", p.expected, "listedInNodeStatus", listed,
-				"decidedFor", now.Sub(p.since).Round(time.Second), "explain", p.decision.Reason)
+			out = append(out, disagreement{key: k, expected: p.expected, listed: listed, decidedFor: now.Sub(p.since), reason: p.decision.Reason})
 		}
 	}
+	return out
 }
 
 // listed tells whether the node's status lists the volume as attached.

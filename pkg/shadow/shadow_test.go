@@ -1,8 +1,11 @@
 package shadow
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,6 +109,29 @@ func TestReplacedDecisionAlreadyMet(t *testing.T) {
 	}
 }
 
+// TestDisagreementLogLine: a disagreement is logged once, with the rule's reason
+// and explain's text about the volume; an agreement is not logged.
+func TestDisagreementLogLine(t *testing.T) {
+	for _, listed := range []bool{false, true} {
+		c, _, now := newComparer(t, listed)
+		var lines []string
+		c.logger = funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+		c.Observe(vol, []reconciler.Decision{{Node: "node-a", Wanted: true, Action: reconciler.ActionAttach, Reason: "the pod needs it"}})
+		*now = now.Add(grace)
+		c.CompareDue()
+		if listed {
+			if len(lines) != 0 {
+				t.Errorf("an agreement logged %q", lines)
+			}
+			continue
+		}
+		want := `"reason"="the pod needs it" "explain"="explained ` + string(vol) + `"`
+		if len(lines) != 1 || !strings.Contains(lines[0], `"msg"="Shadow disagreement`) || !strings.Contains(lines[0], want) {
+			t.Errorf("logged %q, want one disagreement with %s", lines, want)
+		}
+	}
+}
+
 func newComparer(t *testing.T, listed bool) (*Comparer, *[]comparison, *time.Time) {
 	t.Helper()
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
@@ -118,7 +144,8 @@ func newComparer(t *testing.T, listed bool) (*Comparer, *[]comparison, *time.Tim
 	}
 	var got []comparison
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	c := New(klog.Background(), grace, corelisters.NewNodeLister(indexer), func(e Expectation, agreed bool) { got = append(got, comparison{e, agreed}) })
+	c := New(klog.Background(), grace, corelisters.NewNodeLister(indexer), func(e Expectation, agreed bool) { got = append(got, comparison{e, agreed}) },
+		func(v volumename.UniqueName) string { return "explained " + string(v) })
 	c.now = func() time.Time { return now }
 	return c, &got, &now
 }

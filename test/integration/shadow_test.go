@@ -101,8 +101,12 @@ func TestShadowBesideKubeControllerManager(t *testing.T) {
 	s.Eventually("the disagreement on the shorter wait for unmount", func() bool {
 		return shadowComparisons(t, addr)["detached/disagree"] >= 1
 	})
-	if log, err := shadow.Log(); err != nil || !strings.Contains(log, "Shadow disagreement") || !strings.Contains(log, "force-detached") {
-		t.Errorf("no log line for the disagreement carrying the explanation (%v):\n%s", err, shadow.LogTail(20))
+	log, err := shadow.Log()
+	s.Must(err)
+	for _, want := range []string{"Shadow disagreement", "force-detached", "volume " + kept.PV + " (", "node status: "} {
+		if !strings.Contains(log, want) {
+			t.Errorf("no %q in the log line for the disagreement, which carries the explanation:\n%s", want, shadow.LogTail(20))
+		}
 	}
 
 	// Hand the cluster back to an acting controller for the clean-up.
