@@ -38,7 +38,7 @@ build() {
 		echo "$out"
 		return 0
 	fi
-	echo "building $name $version (first time only; the first Kubernetes command built takes longest, about half an hour on 2 cores, and the others reuse most of its compiled packages)" >&2
+	echo "building $name $version (first time only; the first Kubernetes command built takes longest, 9 to 30 minutes on 2 cores, and the others reuse most of its compiled packages)" >&2
 	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" -ldflags "$ldflags" "$pkg")
 	mv "$out.tmp" "$out"
 	local took=$((SECONDS - began))
