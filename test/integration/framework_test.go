@@ -133,6 +133,7 @@ func (s *scenario) kcmEventually(what string, cond func() bool) {
 		}
 		if time.Since(last) >= kcmTouchPeriod {
 			last = time.Now()
+			s.T.Logf("touching the claims: still waiting for %s", what)
 			s.touchClaims()
 		}
 		return false
