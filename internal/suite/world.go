@@ -223,7 +223,14 @@ func (w *World) WaitEvent(pod, want string) {
 // WaitPodRunning waits until the pod's phase is Running.
 func (w *World) WaitPodRunning(name string) {
 	w.T.Helper()
-	w.Eventually("pod "+name+" Running", func() bool {
+	w.WaitPodRunningWithin(name, WaitTimeout)
+}
+
+// WaitPodRunningWithin is WaitPodRunning for a step that may take longer than
+// WaitTimeout.
+func (w *World) WaitPodRunningWithin(name string, timeout time.Duration) {
+	w.T.Helper()
+	Eventually(w.T, timeout, "pod "+name+" Running", func() bool {
 		pod, err := w.Client.CoreV1().Pods(w.Namespace).Get(w.T.Context(), name, metav1.GetOptions{})
 		w.Must(err)
 		return pod.Status.Phase == corev1.PodRunning

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/csidriver"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
 
@@ -319,7 +320,9 @@ func TestKubeletDeadNodeForceDetach(t *testing.T) {
 	c.CreatePod("second", b, v.Claim)
 	c.Eventually(a+" NotReady", func() bool { return !c.nodeReady(a) })
 	notReady := time.Now()
-	c.WaitPodRunning("second")
+	// The force detach comes maxWait after the deletion, and kubelet mounts a
+	// volume only after a node status write has listed it.
+	c.WaitPodRunningWithin("second", maxWait+suite.WaitTimeout)
 
 	forceAt, deleted := deleting.Add(maxWait), deletionSeen()
 	detach := lastCall(c.nodeCalls(v, a), csidriver.OpUnpublish)
