@@ -69,7 +69,11 @@ func TestRWOMoveWaitsForTheFinalizer(t *testing.T) {
 
 	lingered, overlapped := false, false
 	c.Eventually("the volume attached to "+b, func() bool {
-		old, next := c.Attachment(v, a), c.Attachment(v, b)
+		// Two reads, the new node's first: an old VolumeAttachment still there
+		// after a new one was seen is an overlap; read the other way round, a
+		// deletion and a creation between the reads would look like one.
+		next := c.Attachment(v, b)
+		old := c.Attachment(v, a)
 		lingered = lingered || (old != nil && old.DeletionTimestamp != nil && old.Status.DetachError != nil)
 		overlapped = overlapped || (old != nil && next != nil)
 		return c.InNodeStatus(b, v)
