@@ -16,7 +16,7 @@ const (
 	ManagedAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 	// OutOfServiceTaint marks a node shut down without draining: its volumes are
 	// detached at once, mounted or not.
-	OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+	OutOfServiceTaint = v1.TaintNodeOutOfService
 	// ShutdownTaint marks a node whose instance the cloud provider reports shut
 	// down; kubelet there cannot be running.
 	ShutdownTaint = "node.cloudprovider.kubernetes.io/shutdown"

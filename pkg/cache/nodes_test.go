@@ -201,3 +201,19 @@ func TestNodesSetReturnsPrevious(t *testing.T) {
 		t.Errorf("second Set returned %+v, want the first state", prev)
 	}
 }
+
+// TestNamesKubernetesWrites pins the names others write on nodes, as Kubernetes
+// v1.37.1 spells them: kubelet's annotation (pkg/volume/util's
+// ControllerManagedAttachAnnotation) and the cloud node lifecycle controller's
+// taint (cloud-provider's TaintNodeShutdown), neither in a module this one
+// depends on; the out-of-service taint is k8s.io/api's constant.
+func TestNamesKubernetesWrites(t *testing.T) {
+	for _, tc := range []struct{ name, got, want string }{
+		{"managed annotation", cache.ManagedAnnotation, "volumes.kubernetes.io/controller-managed-attach-detach"},
+		{"shutdown taint", cache.ShutdownTaint, "node.cloudprovider.kubernetes.io/shutdown"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+}

@@ -56,14 +56,17 @@ func TestAttachReportOnlyRefusedWhileAnotherNodeHoldsIt(t *testing.T) {
 
 func TestDetachReportOnly(t *testing.T) {
 	tests := []struct {
-		name      string
-		inUse     bool
-		force     ForceReason
-		notReady  bool
-		wantGone  bool
-		wantShown bool
+		name     string
+		inUse    bool
+		force    ForceReason
+		notReady bool
+		// confirmErr makes the node status write fail.
+		confirmErr error
+		wantGone   bool
+		wantShown  bool
 	}{
 		{name: "not in use", wantGone: true},
+		{name: "node status write fails: kept, listed again", confirmErr: errors.New("node status patch refused"), wantShown: true},
 		{name: "in use", inUse: true, wantShown: true},
 		{name: "in use on a node out of service", inUse: true, force: ForceOutOfService, wantGone: true},
 		{name: "in use after the unmount wait on a node not Ready", inUse: true, force: ForceUnmountTimeout, notReady: true, wantGone: true},
@@ -82,6 +85,7 @@ func TestDetachReportOnly(t *testing.T) {
 			if tc.force == ForceOutOfService {
 				h.status.node.Spec.Taints = []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}
 			}
+			h.status.err = tc.confirmErr
 			on, _ := h.actual.Get(testISCSI.Name, testNode)
 			if err := h.exec.Detach(context.Background(), on, tc.force); err != nil {
 				t.Fatalf("Detach: %v", err)
