@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
@@ -99,13 +101,20 @@ func TestGenericEphemeralVolume(t *testing.T) {
 }
 
 // TestClaimRefUIDMismatch: a PV whose claimRef names another incarnation of the
-// claim is not attached.
+// claim is not attached; once the PV changes to name this one, the volume is
+// attached at once, not on a periodic pass.
 func TestClaimRefUIDMismatch(t *testing.T) {
-	s := newScenario(t, scenarioOptions{})
+	s := newScenario(t, scenarioOptions{controllerArgs: []string{"--disable-attach-detach-reconcile-sync"}})
 	vol := s.CreateVolume("data", workload.VolumeOptions{ClaimUID: "00000000-0000-0000-0000-000000000000"})
 	s.CreatePod("app", s.Nodes[0], vol.Claim)
 	s.Never(2*time.Second, "a VolumeAttachment for a PV bound to another claim", func() bool { return s.HasAttachment(vol, s.Nodes[0]) })
-	s.DeletePodNow("app")
+
+	claim, err := s.Client.CoreV1().PersistentVolumeClaims(s.Namespace).Get(t.Context(), vol.Claim, metav1.GetOptions{})
+	s.Must(err)
+	patch := fmt.Appendf(nil, `{"spec":{"claimRef":{"uid":%q}}}`, claim.UID)
+	_, err = s.Client.CoreV1().PersistentVolumes().Patch(t.Context(), vol.PV, types.MergePatchType, patch, metav1.PatchOptions{})
+	s.Must(err)
+	suite.Eventually(t, 5*time.Second, "the volume attached once its PV names the claim", func() bool { return s.InNodeStatus(s.Nodes[0], vol) })
 }
 
 // TestPVCreatedAfterPod: the PV appears after the claim and its pod exist; the
