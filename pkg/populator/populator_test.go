@@ -431,6 +431,11 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 		GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-2"},
 	}}
 
+	inline := func(name string, source v1.VolumeSource) *v1.Pod {
+		return runningPod("web", v1.Volume{Name: name, VolumeSource: source})
+	}
+	const diskURI = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/d2"
+
 	tests := []struct {
 		name       string
 		pod        *v1.Pod
@@ -470,6 +475,47 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			want: cache.Volume{
 				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
 				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2", DisplayName: gceDriver + "-disk-2", Migrated: true,
+			},
+			wantInline: true,
+		},
+		{
+			name:       "inline azureDisk: named by its disk URI",
+			pod:        inline("disk", v1.VolumeSource{AzureDisk: &v1.AzureDiskVolumeSource{DiskName: "d2", DataDiskURI: diskURI}}),
+			want:       cache.Volume{Name: volumename.CSI("disk.csi.azure.com", diskURI), Driver: "disk.csi.azure.com", Handle: diskURI, DisplayName: diskURI, Migrated: true},
+			wantInline: true,
+		},
+		{
+			name:       "inline cinder",
+			pod:        inline("disk", v1.VolumeSource{Cinder: &v1.CinderVolumeSource{VolumeID: "c-2"}}),
+			want:       cache.Volume{Name: volumename.CSI("cinder.csi.openstack.org", "c-2"), Driver: "cinder.csi.openstack.org", Handle: "c-2", DisplayName: "cinder.csi.openstack.org-c-2", Migrated: true},
+			wantInline: true,
+		},
+		{
+			name: "inline vsphereVolume",
+			pod:  inline("disk", v1.VolumeSource{VsphereVolume: &v1.VsphereVirtualDiskVolumeSource{VolumePath: "[ds1] kubevols/d2.vmdk"}}),
+			want: cache.Volume{
+				Name:   volumename.CSI("csi.vsphere.vmware.com", "[ds1] kubevols/d2.vmdk"),
+				Driver: "csi.vsphere.vmware.com", Handle: "[ds1] kubevols/d2.vmdk", DisplayName: "csi.vsphere.vmware.com-[ds1] kubevols/d2.vmdk", Migrated: true,
+			},
+			wantInline: true,
+		},
+		{
+			name:       "inline portworxVolume",
+			pod:        inline("disk", v1.VolumeSource{PortworxVolume: &v1.PortworxVolumeSource{VolumeID: "px-2"}}),
+			want:       cache.Volume{Name: volumename.CSI("pxd.portworx.com", "px-2"), Driver: "pxd.portworx.com", Handle: "px-2", DisplayName: "pxd.portworx.com-px-2", Migrated: true},
+			wantInline: true,
+		},
+		{
+			// The handle and name hold the pod's volume name and namespace; the
+			// translation makes the share ReadWriteMany, so several nodes may
+			// have it, as kube-controller-manager judges the translated spec.
+			name: "inline azureFile: named by a volume ID with the pod's namespace",
+			pod: inline("files", v1.VolumeSource{AzureFile: &v1.AzureFileVolumeSource{
+				SecretName: "azure-storage-account-acct-secret", ShareName: "share",
+			}}),
+			want: cache.Volume{
+				Name:   volumename.CSI("file.csi.azure.com", "#acct#share#files#"+ns),
+				Driver: "file.csi.azure.com", Handle: "#acct#share#files#" + ns, DisplayName: "#acct#share#files#" + ns, MultiAttach: true, Migrated: true,
 			},
 			wantInline: true,
 		},
