@@ -479,6 +479,15 @@ func TestSyncPodInTreeVolumes(t *testing.T) {
 			wantInline: true,
 		},
 		{
+			name: "inline gcePersistentDisk, read-only: several nodes may have it",
+			pod:  inline("pd", v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-3", ReadOnly: true}}),
+			want: cache.Volume{
+				Name:   volumename.CSI(gceDriver, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-3"),
+				Driver: gceDriver, Handle: "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-3", DisplayName: gceDriver + "-disk-3", MultiAttach: true, Migrated: true,
+			},
+			wantInline: true,
+		},
+		{
 			name:       "inline azureDisk: named by its disk URI",
 			pod:        inline("disk", v1.VolumeSource{AzureDisk: &v1.AzureDiskVolumeSource{DiskName: "d2", DataDiskURI: diskURI}}),
 			want:       cache.Volume{Name: volumename.CSI("disk.csi.azure.com", diskURI), Driver: "disk.csi.azure.com", Handle: diskURI, DisplayName: diskURI, Migrated: true},
