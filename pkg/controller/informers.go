@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -68,6 +69,66 @@ func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 	s.attachments.Informer()
 	s.nodes.Informer()
 	return s, nil
+}
+
+// readable is a resource the informers list and watch, with a list of at most
+// one of its objects.
+type readable struct {
+	resource string
+	list     func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) error
+}
+
+// readables are the resources of newInformerSet (TestReadablesAreWhatTheInformersRead).
+var readables = []readable{
+	{"pods", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.CoreV1().Pods("").List(ctx, o)
+		return err
+	}},
+	{"nodes", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.CoreV1().Nodes().List(ctx, o)
+		return err
+	}},
+	{"persistentvolumeclaims", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, o)
+		return err
+	}},
+	{"persistentvolumes", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.CoreV1().PersistentVolumes().List(ctx, o)
+		return err
+	}},
+	{"csidrivers", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.StorageV1().CSIDrivers().List(ctx, o)
+		return err
+	}},
+	{"csinodes", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.StorageV1().CSINodes().List(ctx, o)
+		return err
+	}},
+	{"volumeattachments", func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) error {
+		_, err := c.StorageV1().VolumeAttachments().List(ctx, o)
+		return err
+	}},
+}
+
+// ReadResources names the resources the controller lists and watches.
+func ReadResources() []string {
+	names := make([]string, 0, len(readables))
+	for _, r := range readables {
+		names = append(names, r.resource)
+	}
+	return names
+}
+
+// CheckCanList lists one object of each resource the controller reads, so that
+// a client without the permissions fails at once with the API server's words
+// rather than leave informers retrying.
+func CheckCanList(ctx context.Context, client kubernetes.Interface) error {
+	for _, r := range readables {
+		if err := r.list(ctx, client, metav1.ListOptions{Limit: 1}); err != nil {
+			return fmt.Errorf("listing %s: %w", r.resource, err)
+		}
+	}
+	return nil
 }
 
 // registerHandlers connects informer events to the state and the queues.

@@ -166,8 +166,12 @@ func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer
 // explainSnapshot builds the controller's state from the cluster, as it does at
 // start-up, and explains from it with the given detach policy.
 func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain.Target, policy controller.Options) (explain.Report, error) {
-	if err := checkCanList(ctx, client); err != nil {
-		return explain.Report{}, err
+	if err := controller.CheckCanList(ctx, client); err != nil {
+		if apierrors.IsForbidden(err) {
+			return explain.Report{}, fmt.Errorf("reading the cluster: %w (explain needs list and watch on %s: the explain-reader roles of the manifests grant them)",
+				err, strings.Join(controller.ReadResources(), ", "))
+		}
+		return explain.Report{}, fmt.Errorf("reading the cluster: %w", err)
 	}
 	factory := controller.NewInformerFactory(client)
 	defer factory.Shutdown()
@@ -181,31 +185,6 @@ func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain
 		return explain.Report{}, fmt.Errorf("reading the cluster: %w", err)
 	}
 	return c.Explain(infoCtx, t, false)
-}
-
-// checkCanList lists one object of each kind a snapshot reads, so that missing
-// permissions fail at once with the API server's words, rather than leave the
-// informers retrying until --timeout.
-func checkCanList(ctx context.Context, client kubernetes.Interface) error {
-	one := metav1.ListOptions{Limit: 1}
-	for _, list := range []func() error{
-		func() error { _, err := client.CoreV1().Pods("").List(ctx, one); return err },
-		func() error { _, err := client.CoreV1().Nodes().List(ctx, one); return err },
-		func() error { _, err := client.CoreV1().PersistentVolumeClaims("").List(ctx, one); return err },
-		func() error { _, err := client.CoreV1().PersistentVolumes().List(ctx, one); return err },
-		func() error { _, err := client.StorageV1().CSIDrivers().List(ctx, one); return err },
-		func() error { _, err := client.StorageV1().CSINodes().List(ctx, one); return err },
-		func() error { _, err := client.StorageV1().VolumeAttachments().List(ctx, one); return err },
-	} {
-		if err := list(); err != nil {
-			if apierrors.IsForbidden(err) {
-				return fmt.Errorf("reading the cluster: %w (explain needs list and watch on pods, nodes, persistentvolumeclaims, persistentvolumes, "+
-					"csidrivers, csinodes and volumeattachments: the explain-reader roles of the manifests grant them)", err)
-			}
-			return fmt.Errorf("reading the cluster: %w", err)
-		}
-	}
-	return nil
 }
 
 // askLeader gets the leader's explanation from its HTTP endpoint.
