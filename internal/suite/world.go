@@ -109,23 +109,29 @@ func (w *World) CreateVolume(claim string, o workload.VolumeOptions) workload.Vo
 	return v
 }
 
-// AttachedVolume creates a ReadWriteOnce volume for claim and a pod on node that
-// uses it, and waits until the node's status lists the volume as attached.
-func (w *World) AttachedVolume(claim, pod, node string) workload.Volume {
+// VolumeInPod creates a ReadWriteOnce volume for claim and a pod on node that
+// uses it.
+func (w *World) VolumeInPod(claim, pod, node string) workload.Volume {
 	w.T.Helper()
 	v := w.CreateVolume(claim, workload.VolumeOptions{})
 	w.CreatePod(pod, node, claim)
+	return v
+}
+
+// AttachedVolume is VolumeInPod, then waits until the node's status lists the
+// volume as attached.
+func (w *World) AttachedVolume(claim, pod, node string) workload.Volume {
+	w.T.Helper()
+	v := w.VolumeInPod(claim, pod, node)
 	w.WaitAttached(v, node)
 	return v
 }
 
-// RunningVolume creates a ReadWriteOnce volume for claim and a pod on node that
-// uses it, and waits until the pod runs: on a real kubelet, once the volume is
-// attached, staged and published.
+// RunningVolume is VolumeInPod, then waits until the pod runs: on a real
+// kubelet, once the volume is attached, staged and published.
 func (w *World) RunningVolume(claim, pod, node string) workload.Volume {
 	w.T.Helper()
-	v := w.CreateVolume(claim, workload.VolumeOptions{})
-	w.CreatePod(pod, node, claim)
+	v := w.VolumeInPod(claim, pod, node)
 	w.WaitPodRunning(pod)
 	return v
 }

@@ -161,8 +161,7 @@ const touchedAnnotation = "test.attachdetach-controller.io/touched"
 // kube-controller-manager attaches.
 func (s *scenario) kcmAttachedVolume(claim, pod, node string) workload.Volume {
 	s.T.Helper()
-	v := s.CreateVolume(claim, workload.VolumeOptions{})
-	s.CreatePod(pod, node, claim)
+	v := s.VolumeInPod(claim, pod, node)
 	s.kcmWaitAttached(v, node)
 	return v
 }

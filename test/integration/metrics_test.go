@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
@@ -193,4 +196,25 @@ func scrapeMetrics(t *testing.T, addr string) string {
 		return err
 	})
 	return string(body)
+}
+
+// scrapeFamilies scrapes the controller's /metrics and parses it by family name.
+func scrapeFamilies(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(scrapeMetrics(t, addr)))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return families
+}
+
+// label returns the value of the metric's label name, or "".
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }

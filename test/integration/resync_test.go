@@ -1,24 +1,15 @@
 package integration
 
 import (
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // queueAdds reads workqueue_adds_total of the named queue from the controller's
 // /metrics.
 func queueAdds(t *testing.T, addr, queue string) float64 {
 	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(scrapeMetrics(t, addr)))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	for _, m := range families["workqueue_adds_total"].GetMetric() {
+	for _, m := range scrapeFamilies(t, addr)["workqueue_adds_total"].GetMetric() {
 		if label(m, "name") == queue {
 			return m.GetCounter().GetValue()
 		}

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 )
@@ -18,29 +14,11 @@ import (
 // the controller's /metrics, by "expected/result".
 func shadowComparisons(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(scrapeMetrics(t, addr)))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
 	out := map[string]float64{}
-	family, ok := families["attachdetach_controller_shadow_comparisons_total"]
-	if !ok {
-		return out
-	}
-	for _, m := range family.GetMetric() {
+	for _, m := range scrapeFamilies(t, addr)["attachdetach_controller_shadow_comparisons_total"].GetMetric() {
 		out[label(m, "expected")+"/"+label(m, "result")] = m.GetCounter().GetValue()
 	}
 	return out
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 // TestShadowBesideKubeControllerManager runs the controller in shadow mode beside
