@@ -180,21 +180,23 @@ func (r *runner) file(ctx context.Context, file string, ms []mutant) (fileResult
 	}
 	fmt.Printf("%s: %d mutants\n", file, len(ms))
 	for i, m := range ms {
+		mutantBegan := time.Now()
 		o, by, err := r.mutant(ctx, abs, src, m, runs)
 		if err != nil {
 			return res, err
 		}
 		res.counts[o]++
+		took := time.Since(mutantBegan).Round(time.Second)
 		switch o {
 		case survived:
 			res.survivors = append(res.survivors, m)
-			fmt.Printf("  %d/%d survived: %s\n", i+1, len(ms), m)
+			fmt.Printf("  %d/%d survived (%s): %s\n", i+1, len(ms), took, m)
 		case killed:
-			fmt.Printf("  %d/%d killed by %s: %s\n", i+1, len(ms), by, m)
+			fmt.Printf("  %d/%d killed by %s (%s): %s\n", i+1, len(ms), by, took, m)
 		case timedOut:
-			fmt.Printf("  %d/%d killed by %s timing out: %s\n", i+1, len(ms), by, m)
+			fmt.Printf("  %d/%d killed by %s timing out (%s): %s\n", i+1, len(ms), by, took, m)
 		case notBuilt:
-			fmt.Printf("  %d/%d did not compile: %s\n", i+1, len(ms), m)
+			fmt.Printf("  %d/%d did not compile (%s): %s\n", i+1, len(ms), took, m)
 		}
 	}
 	res.took = time.Since(began)
