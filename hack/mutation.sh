@@ -28,5 +28,8 @@ while [ $# -gt 0 ] && [[ $1 == -* ]]; do
 done
 [ $# -eq 0 ] || files=("$@")
 
-go build -o "${TMPDIR:-/tmp}/adc-mutate" ./hack/mutate
-exec nice -n 10 "${TMPDIR:-/tmp}/adc-mutate" -with './test/simulation -seeds=200' ${flags[@]+"${flags[@]}"} "${files[@]}"
+# Its own copy of the command, so that runs over different files can go side by side.
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/mutate" ./hack/mutate
+nice -n 10 "$bin/mutate" -with './test/simulation -seeds=200' ${flags[@]+"${flags[@]}"} "${files[@]}"
