@@ -17,9 +17,10 @@ type logLine struct {
 	Address string   `json:"address"`
 }
 
-// jsonLog reads the controller's log, each line a JSON object with ts, msg and
-// v, as --logging-format=json writes it; an error names the first line that is
-// not.
+// jsonLog reads the controller's log, each line but the command lines
+// internal/proc writes ("+ binary args") a JSON object with ts, msg and v (an
+// error's line has err instead of v), as --logging-format=json writes it; an
+// error names the first line that is not.
 func jsonLog(path string) ([]logLine, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -27,7 +28,7 @@ func jsonLog(path string) ([]logLine, error) {
 	}
 	var lines []logLine
 	for _, text := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if text == "" {
+		if text == "" || strings.HasPrefix(text, "+ ") {
 			continue
 		}
 		var l logLine

@@ -43,7 +43,7 @@ func verbosityHandler(set func(level string) (string, error)) http.Handler {
 			http.Error(w, fmt.Sprintf("setting -v to %q: %v", level, err), http.StatusBadRequest)
 			return
 		}
-		klog.FromContext(r.Context()).Info("Log verbosity changed", "v", level, "from", r.RemoteAddr)
+		klog.FromContext(r.Context()).Info("Log verbosity changed", "verbosity", level, "from", r.RemoteAddr)
 		_, _ = fmt.Fprintln(w, done)
 	})
 }
