@@ -49,6 +49,10 @@ func main() {
 		fmt.Println(version.String())
 		return
 	}
+	if err := app.ApplyLogging(opts); err != nil {
+		fmt.Fprintln(os.Stderr, "attachdetach-controller:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())

@@ -182,6 +182,11 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		nodes:     cache.NewNodes(),
 		metrics:   m,
 	}
+	if opts.Shadow {
+		for _, e := range shadow.Expectations {
+			m.ExportShadowComparisons(string(e))
+		}
+	}
 	events := podevents.NewEmitter(recorder)
 	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
 	c.executor = operationexecutor.New(operationexecutor.Config{

@@ -397,17 +397,17 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	}
 	patched, err := u.client.CoreV1().Nodes().Patch(ctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
-		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
+		u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchNodeGone).Inc()
 		return nil, nil
 	}
 	if err != nil {
-		u.metrics.NodeStatusPatches.WithLabelValues("error").Inc()
+		u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchFailed).Inc()
 		// The patch may or may not have been applied: forget the list written, so
 		// that the next write starts from what the informer shows.
 		r.written = nil
 		return nil, fmt.Errorf("patching status.volumesAttached of node %s: %w", base.Name, err)
 	}
-	u.metrics.NodeStatusPatches.WithLabelValues("success").Inc()
+	u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchSucceeded).Inc()
 	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", base.Name, "volumesAttached", len(want))
 	r.baseVersion = base.ResourceVersion
 	r.writtenVersion = ""
