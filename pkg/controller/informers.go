@@ -222,6 +222,8 @@ func (c *Controller) onPV(ctx context.Context, obj any) {
 		return
 	}
 	c.enqueuePods(c.populator.PodsForPV(pv))
+	c.attachmentsMu.Lock()
+	defer c.attachmentsMu.Unlock()
 	for _, name := range c.actual.UnresolvedForPV(pv.Name) {
 		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
 			c.observeVolumeAttachment(ctx, va)
@@ -254,6 +256,8 @@ func (c *Controller) onNode(oldObj, newObj any) {
 	if !ok {
 		return
 	}
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
 	now := cache.NodeFromObject(node)
 	prev := c.nodes.Set(now)
 	if nodeDecisionsChanged(prev, now) {
@@ -288,6 +292,8 @@ func nodeDecisionsChanged(prev, now cache.Node) bool {
 // delivered it; a tombstone from a relist holds only the last state the informer
 // had, which may predate kubelet's last report.
 func (c *Controller) onNodeDelete(obj any) {
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		if name := objectKey(t); name != "" {
 			c.forgetNode(name, nil)
@@ -300,11 +306,13 @@ func (c *Controller) onNodeDelete(obj any) {
 }
 
 // forgetNode records that the node's object is gone; final is the object as it
-// was deleted, nil when that is not known.
+// was deleted, nil when that is not known. The record of the deletion is
+// forgotten once nothing is recorded on the node (see forget.go).
 func (c *Controller) forgetNode(name string, final *v1.Node) {
 	c.nodes.MarkDeleted(name, final)
 	c.status.Forget(name)
 	c.enqueueNodeVolumes(name)
+	c.deletedNodes.Add(name)
 }
 
 func (c *Controller) enqueueNodeVolumes(node string) {
@@ -323,7 +331,9 @@ func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
+	c.attachmentsMu.Lock()
 	c.observeVolumeAttachment(ctx, va)
+	c.attachmentsMu.Unlock()
 	c.executor.ObserveVolumeAttachment(va.Name, va)
 }
 
@@ -332,7 +342,9 @@ func (c *Controller) onVolumeAttachmentDelete(obj any) {
 		obj = t.Obj
 	}
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
+		c.attachmentsMu.Lock()
 		c.forgetVolumeAttachment(va.Name, va.UID)
+		c.attachmentsMu.Unlock()
 	}
 }
 
