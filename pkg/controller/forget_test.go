@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // runningController runs a controller with the periodic pass off on a fake API
@@ -132,5 +134,39 @@ func TestBackoffEntriesExpireWithoutThePeriodicPass(t *testing.T) {
 	}()
 	if !eventually(5*time.Second, func() bool { return counting.forgets.Load() >= 2 }) {
 		t.Errorf("expired backoff entries were looked for %d times in 5 s with the pass off, want them looked for every period", counting.forgets.Load())
+	}
+}
+
+// TestReportOnlyDetachFromADeletedNodeLeavesNoRecord: the detach of an iSCSI
+// volume from a deleted node confirms node status, which makes the status
+// updater keep a record for the node after its deletion was handled. Once the
+// volume is gone from the node, nothing of the node may be left (found by
+// review).
+func TestReportOnlyDetachFromADeletedNodeLeavesNoRecord(t *testing.T) {
+	ctx := context.Background()
+	iscsi := volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0)
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-iscsi"},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			ClaimRef:    &v1.ObjectReference{Namespace: "ns", Name: "data", UID: "uid-data"},
+			PersistentVolumeSource: v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{
+				TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:disk1",
+			}},
+		},
+	}
+	c := runningController(t, node("node-a", []volumename.UniqueName{iscsi}, nil), pv,
+		boundClaim("ns", "data", "pv-iscsi"), podUsing("ns", "db", "node-a", "data"))
+	if !eventually(3*time.Second, func() bool { return c.desired.IsDesired(iscsi, "node-a") }) {
+		t.Fatal("the pod on node-a does not want the iSCSI volume")
+	}
+	if err := c.client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.client.CoreV1().Pods("ns").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(5*time.Second, func() bool { return !c.actual.HasNode("node-a") && len(c.nodes.Names()) == 0 }) {
+		t.Errorf("node-a: volumes %v, node register %q, 5 s after the node and its pod went; want nothing left", c.actual.VolumesOnNode("node-a"), c.nodes.Names())
 	}
 }
