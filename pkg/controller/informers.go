@@ -163,8 +163,14 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.Informe
 			UpdateFunc: func(_, obj any) { c.onCSINode(obj) },
 		}},
 		{c.informers.nodes.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.onNode(nil, obj) },
-			UpdateFunc: c.onNode,
+			AddFunc: func(obj any) {
+				c.onNode(nil, obj)
+				c.identifyOnNode(ctx, obj)
+			},
+			UpdateFunc: func(oldObj, obj any) {
+				c.onNode(oldObj, obj)
+				c.identifyOnNode(ctx, obj)
+			},
 			DeleteFunc: c.onNodeDelete,
 		}},
 		{c.informers.attachments.Informer(), toolscache.ResourceEventHandlerFuncs{
@@ -394,6 +400,26 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 		c.status.Enqueue(o.Node)
 	}
 	c.reconciler.Enqueue(vol.Name)
+}
+
+// identifyOnNode tries again to identify the VolumeAttachments of the node whose
+// volume was not known: the node's status may list it now.
+func (c *Controller) identifyOnNode(ctx context.Context, obj any) {
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return
+	}
+	names := c.actual.UnresolvedOnNode(node.Name)
+	if len(names) == 0 {
+		return
+	}
+	c.attachmentsMu.Lock()
+	defer c.attachmentsMu.Unlock()
+	for _, name := range names {
+		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
+			c.observeVolumeAttachment(ctx, va)
+		}
+	}
 }
 
 // identifyVolume finds the volume a VolumeAttachment is for, by its inline spec,
