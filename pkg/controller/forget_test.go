@@ -74,7 +74,9 @@ func TestDeletedNodesForgottenWithoutThePeriodicPass(t *testing.T) {
 	ctx := context.Background()
 	va := volumeAttachment("h-1", "node-0", pvSource("pv-1"), true)
 	objs := []runtime.Object{csiPV("pv-1", "h-1", "ns", "data"), va}
-	for i := range 20 {
+	// node-0 last reported the volume in use: its detach waits for unmount.
+	objs = append(objs, node("node-0", nil, []volumename.UniqueName{volumename.CSI(testDriver, "h-1")}))
+	for i := 1; i < 20; i++ {
 		objs = append(objs, node(fmt.Sprintf("node-%d", i), nil, nil))
 	}
 	c := runningController(t, objs...)
