@@ -5,8 +5,9 @@
 // those they miss (survived). hack/mutation.sh runs it over the safety-critical
 // files.
 //
-// The tests of each file's own package run first, then each package given with
-// -with, all with go test -failfast; the first failure kills the mutant. A test run
+// The tests of each file's own package run first against all its mutants, then each
+// package given with -with against the mutants still alive, all with go test
+// -failfast; the first failure kills the mutant. A test run
 // that outlasts its time limit kills it too (the change made something hang). The
 // changed file reaches the compiler through go test -overlay: the working tree is
 // never written, so stopping the command halfway leaves nothing behind.
@@ -22,6 +23,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -52,9 +54,33 @@ func (w *withFlag) Set(v string) error {
 
 type config struct {
 	with          withFlag
+	only          onlyFlag
 	list          bool
 	timeoutFactor float64
 	timeoutSlack  time.Duration
+}
+
+// onlyFlag collects the -only positions, file:line:col or file:line.
+type onlyFlag []string
+
+func (o *onlyFlag) String() string { return strings.Join(*o, ",") }
+
+func (o *onlyFlag) Set(v string) error {
+	if strings.Count(v, ":") == 0 {
+		return errors.New("-only needs file:line or file:line:col")
+	}
+	*o = append(*o, v)
+	return nil
+}
+
+// selects says whether m is one of the mutants picked by -only; with no -only,
+// every mutant is.
+func (o onlyFlag) selects(m mutant) bool {
+	if len(o) == 0 {
+		return true
+	}
+	at := fmt.Sprintf("%s:%d", m.file, m.line)
+	return slices.Contains(o, at) || slices.Contains(o, fmt.Sprintf("%s:%d", at, m.col))
 }
 
 func main() {
@@ -64,6 +90,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Var(&cfg.with, "with", "a package whose tests also run against every mutant, with its test flags, such as './test/simulation -seeds=200' (repeatable)")
+	flag.Var(&cfg.only, "only", "test only the mutants at this position, file:line:col or file:line, as the list prints it (repeatable)")
 	flag.BoolVar(&cfg.list, "list", false, "list the mutants and their number per file, and run nothing")
 	flag.Float64Var(&cfg.timeoutFactor, "timeout-factor", 3, "a test run is stopped, and the mutant counted killed, after this many times the run's time on the unchanged code...")
 	flag.DurationVar(&cfg.timeoutSlack, "timeout-slack", 3*time.Minute, "...plus this much, for compiling the changed code")
@@ -111,7 +138,7 @@ func run(ctx context.Context, cfg config, files []string) error {
 		if err != nil {
 			return err
 		}
-		all[file] = ms
+		all[file] = slices.DeleteFunc(ms, func(m mutant) bool { return !cfg.only.selects(m) })
 	}
 	if cfg.list {
 		for _, file := range files {
@@ -128,7 +155,7 @@ func run(ctx context.Context, cfg config, files []string) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	r := &runner{cfg: cfg, tmp: tmp, baseline: make(map[string]time.Duration)}
+	r := &runner{cfg: cfg, tmp: tmp, baseline: make(map[string]time.Duration), test: goTest}
 	var results []fileResult
 	for _, file := range files {
 		res, err := r.file(ctx, file, all[file])
@@ -152,15 +179,25 @@ func run(ctx context.Context, cfg config, files []string) error {
 	return nil
 }
 
+// testFunc runs the tests of one package with its flags, with the overlay if one is
+// given, within limit if it is not zero, and returns what they printed.
+type testFunc func(ctx context.Context, overlay string, tr []string, limit time.Duration) (string, error)
+
 // runner runs the test packages against mutants.
 type runner struct {
 	cfg config
 	tmp string
 	// baseline is how long each test run took on the unchanged code.
 	baseline map[string]time.Duration
+	test     testFunc
 }
 
-// file tests every mutant of one file.
+// file tests every mutant of one file, a test run at a time: every mutant against
+// the tests of the file's package, then the mutants still alive against the first
+// -with package, and so on. The outcome is the one the mutant-by-mutant order would
+// give, but the cheap run of the package's tests goes first for all, so their
+// survivors are known early, and the costly runs are measured on the unchanged code
+// only when some mutant reaches them.
 func (r *runner) file(ctx context.Context, file string, ms []mutant) (fileResult, error) {
 	began := time.Now()
 	res := fileResult{file: file, counts: make(map[outcome]int)}
@@ -173,32 +210,43 @@ func (r *runner) file(ctx context.Context, file string, ms []mutant) (fileResult
 		return res, err
 	}
 	runs := append([][]string{{"./" + filepath.Dir(file)}}, r.cfg.with...)
+	alive := ms
 	for _, tr := range runs {
+		if len(alive) == 0 {
+			break
+		}
 		if err := r.measure(ctx, tr); err != nil {
 			return res, err
 		}
-	}
-	fmt.Printf("%s: %d mutants\n", file, len(ms))
-	for i, m := range ms {
-		mutantBegan := time.Now()
-		o, by, err := r.mutant(ctx, abs, src, m, runs)
-		if err != nil {
-			return res, err
+		key := strings.Join(tr, " ")
+		fmt.Printf("%s: %d mutants against %s\n", file, len(alive), key)
+		var next []mutant
+		for i, m := range alive {
+			mutantBegan := time.Now()
+			o, err := r.mutant(ctx, abs, src, m, tr)
+			if err != nil {
+				return res, err
+			}
+			took := time.Since(mutantBegan).Round(time.Second)
+			switch o {
+			case survived:
+				next = append(next, m)
+				fmt.Printf("  %d/%d survived %s (%s): %s\n", i+1, len(alive), key, took, m)
+			case killed:
+				res.counts[o]++
+				fmt.Printf("  %d/%d killed by %s (%s): %s\n", i+1, len(alive), key, took, m)
+			case timedOut:
+				res.counts[o]++
+				fmt.Printf("  %d/%d killed by %s timing out (%s): %s\n", i+1, len(alive), key, took, m)
+			case notBuilt:
+				res.counts[o]++
+				fmt.Printf("  %d/%d did not compile (%s): %s\n", i+1, len(alive), took, m)
+			}
 		}
-		res.counts[o]++
-		took := time.Since(mutantBegan).Round(time.Second)
-		switch o {
-		case survived:
-			res.survivors = append(res.survivors, m)
-			fmt.Printf("  %d/%d survived (%s): %s\n", i+1, len(ms), took, m)
-		case killed:
-			fmt.Printf("  %d/%d killed by %s (%s): %s\n", i+1, len(ms), by, took, m)
-		case timedOut:
-			fmt.Printf("  %d/%d killed by %s timing out (%s): %s\n", i+1, len(ms), by, took, m)
-		case notBuilt:
-			fmt.Printf("  %d/%d did not compile (%s): %s\n", i+1, len(ms), took, m)
-		}
+		alive = next
 	}
+	res.counts[survived] = len(alive)
+	res.survivors = alive
 	res.took = time.Since(began)
 	return res, nil
 }
@@ -211,7 +259,7 @@ func (r *runner) measure(ctx context.Context, tr []string) error {
 		return nil
 	}
 	began := time.Now()
-	out, err := r.goTest(ctx, "", tr, 0)
+	out, err := r.test(ctx, "", tr, 0)
 	if err != nil {
 		return fmt.Errorf("tests %s fail on the unchanged code: %w\n%s", key, err, out)
 	}
@@ -220,45 +268,41 @@ func (r *runner) measure(ctx context.Context, tr []string) error {
 	return nil
 }
 
-// mutant runs the test packages against one mutant until one fails.
-func (r *runner) mutant(ctx context.Context, abs string, src []byte, m mutant, runs [][]string) (outcome, string, error) {
+// mutant runs one test package against one mutant.
+func (r *runner) mutant(ctx context.Context, abs string, src []byte, m mutant, tr []string) (outcome, error) {
 	changed := filepath.Join(r.tmp, filepath.Base(abs))
 	if err := os.WriteFile(changed, m.apply(src), 0o600); err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {abs: changed}})
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	overlayFile := filepath.Join(r.tmp, "overlay.json")
 	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
-		return 0, "", err
+		return 0, err
 	}
-	for _, tr := range runs {
-		key := strings.Join(tr, " ")
-		limit := time.Duration(r.cfg.timeoutFactor*float64(r.baseline[key])) + r.cfg.timeoutSlack
-		out, err := r.goTest(ctx, overlayFile, tr, limit)
-		var exit *exec.ExitError
-		switch {
-		case ctx.Err() != nil:
-			return 0, "", ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded):
-			return timedOut, tr[0], nil
-		case errors.As(err, &exit) && (strings.Contains(out, "[build failed]") || strings.Contains(out, "[setup failed]")):
-			return notBuilt, tr[0], nil
-		case errors.As(err, &exit):
-			return killed, tr[0], nil
-		case err != nil:
-			return 0, "", fmt.Errorf("running the tests of %s: %w", key, err)
-		}
+	key := strings.Join(tr, " ")
+	limit := time.Duration(r.cfg.timeoutFactor*float64(r.baseline[key])) + r.cfg.timeoutSlack
+	out, err := r.test(ctx, overlayFile, tr, limit)
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return timedOut, nil
+	case errors.As(err, &exit) && (strings.Contains(out, "[build failed]") || strings.Contains(out, "[setup failed]")):
+		return notBuilt, nil
+	case errors.As(err, &exit):
+		return killed, nil
+	case err != nil:
+		return 0, fmt.Errorf("running the tests of %s: %w", key, err)
 	}
-	return survived, "", nil
+	return survived, nil
 }
 
-// goTest runs go test -count=1 -failfast -vet=off on one package with its flags,
-// with the overlay if one is given, within limit if it is not zero, and returns
-// what it printed.
-func (r *runner) goTest(ctx context.Context, overlay string, tr []string, limit time.Duration) (string, error) {
+// goTest is the testFunc of go test -count=1 -failfast -vet=off.
+func goTest(ctx context.Context, overlay string, tr []string, limit time.Duration) (string, error) {
 	if limit > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, limit)
