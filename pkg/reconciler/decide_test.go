@@ -41,6 +41,22 @@ func TestUnmountPolicyFor(t *testing.T) {
 	}
 }
 
+func TestDriverUnmountPolicyReadsAsNeverWhenForceDetachIsOff(t *testing.T) {
+	tests := []struct {
+		policy DriverUnmountPolicy
+		want   string
+	}{
+		{DriverUnmountPolicy{MaxWait: 6 * time.Minute}, "6m0s"},
+		{DriverUnmountPolicy{MaxWait: 6 * time.Minute, NeverForce: true}, "never"},
+		{DriverUnmountPolicy{NeverForce: true}, "never"},
+	}
+	for _, tc := range tests {
+		if got := tc.policy.String(); got != tc.want {
+			t.Errorf("%+v reads %q, want %q", tc.policy, got, tc.want)
+		}
+	}
+}
+
 // TestDecisionReasons pins the words an operator reads for each decision.
 func TestDecisionReasons(t *testing.T) {
 	start := time.Date(2026, 11, 23, 12, 1, 7, 0, time.UTC)
