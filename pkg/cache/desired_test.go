@@ -134,6 +134,19 @@ func TestDesiredStateChanges(t *testing.T) {
 			wantChanged: names(volA, volB),
 		},
 		{
+			name:        "pod that names one volume twice deleted",
+			setup:       []desiredStep{setPod(pod1, "node-1", volA, volA)},
+			step:        deletePod(pod1),
+			wantChanged: names(volA),
+		},
+		{
+			name:        "pod that names one volume twice deleted, another node still needs it",
+			setup:       []desiredStep{setPod(pod2, "node-2", volA), setPod(pod1, "node-1", volA, volA)},
+			step:        deletePod(pod1),
+			wantChanged: names(volA),
+			want:        []placement{{volA, "node-2", []cache.PodRef{pod2}}},
+		},
+		{
 			name:        "unknown pod deleted",
 			setup:       []desiredStep{setPod(pod1, "node-1", volA)},
 			step:        deletePod(pod2),

@@ -147,3 +147,76 @@ func TestAttachDecisionReasons(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainCountsAWaitNotStartedFromNowOnlyForTheLiveController: the running
+// controller starts the wait for unmount at its next Sync, so its explanation
+// counts from now; a snapshot of the cluster cannot know when the leader began
+// waiting, and leaves the start unknown.
+func TestExplainCountsAWaitNotStartedFromNowOnlyForTheLiveController(t *testing.T) {
+	now := time.Date(2026, 11, 25, 15, 0, 0, 0, time.UTC)
+	vol := volumename.CSI("d", "h")
+	actual := cache.NewActualState()
+	actual.Observe(cache.Observation{Volume: vol, Node: "node-a", VolumeAttachment: "va-1", UID: "uid-1", Attached: true})
+	nodes := cache.NewNodes()
+	nodes.Set(cache.Node{Name: "node-a", Presence: cache.NodePresent, Managed: true, InUse: map[volumename.UniqueName]struct{}{vol: {}}})
+	r := &Reconciler{cfg: Config{
+		Desired:       cache.NewDesiredState(),
+		Actual:        actual,
+		Nodes:         nodes,
+		Now:           func() time.Time { return now },
+		UnmountPolicy: UnmountPolicy{Default: DriverUnmountPolicy{MaxWait: 6 * time.Minute}},
+	}}
+	tests := []struct {
+		live            bool
+		wantWaitStarted time.Time
+		wantForceAt     time.Time
+	}{
+		{live: true, wantWaitStarted: now, wantForceAt: now.Add(6 * time.Minute)},
+		{live: false},
+	}
+	for _, tc := range tests {
+		ds := r.Explain(vol, tc.live)
+		if len(ds) != 1 {
+			t.Fatalf("Explain(live=%t) = %+v, want one decision", tc.live, ds)
+		}
+		if d := ds[0]; d.Action != ActionWait || !d.WaitStarted.Equal(tc.wantWaitStarted) || !d.ForceAt.Equal(tc.wantForceAt) {
+			t.Errorf("Explain(live=%t): %s, wait started %s, force at %s; want wait, %s, %s", tc.live, d.Action, d.WaitStarted, d.ForceAt, tc.wantWaitStarted, tc.wantForceAt)
+		}
+	}
+	if on := actual.Volume(vol); len(on) != 1 || !on[0].UnmountWaitStarted.IsZero() {
+		t.Errorf("after the explanations the attachment is %+v, want its wait not started: an explanation only reads", on)
+	}
+}
+
+// TestAWaitForUnmountEndsWhenAPodNeedsTheVolumeAgain: once a pod on the node needs
+// the volume again, Sync ends the wait, so that the next one starts afresh; an
+// explanation only reads it.
+func TestAWaitForUnmountEndsWhenAPodNeedsTheVolumeAgain(t *testing.T) {
+	began := time.Date(2026, 11, 25, 15, 0, 0, 0, time.UTC)
+	vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h"}
+	tests := []struct {
+		name      string
+		waits     unmountWaits
+		wantBegan time.Time
+	}{
+		{"sync", waitsKept, time.Time{}},
+		{"live explanation", waitsFromNow, began},
+		{"snapshot explanation", waitsUnknown, began},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			actual := cache.NewActualState()
+			actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-1", UID: "uid-1", Attached: true})
+			actual.StartUnmountWait(vol.Name, "node-a", began)
+			desired := cache.NewDesiredState()
+			desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p", UID: "u"}, "node-a", []cache.Volume{vol})
+			nodes := cache.NewNodes()
+			nodes.Set(cache.Node{Name: "node-a", Presence: cache.NodePresent, Managed: true})
+			r := &Reconciler{cfg: Config{Desired: desired, Actual: actual, Nodes: nodes, Now: func() time.Time { return began.Add(time.Minute) }}}
+			r.decisions(vol.Name, tc.waits)
+			if on := actual.Volume(vol.Name); len(on) != 1 || !on[0].UnmountWaitStarted.Equal(tc.wantBegan) {
+				t.Errorf("the wait for unmount began at %+v, want %s", on, tc.wantBegan)
+			}
+		})
+	}
+}
