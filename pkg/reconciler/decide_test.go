@@ -220,3 +220,26 @@ func TestAWaitForUnmountEndsWhenAPodNeedsTheVolumeAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestEachNodeIsJudgedOnItsOwnAttachment: a multi-attach volume attached to
+// node-a is still to be attached to node-b, whose pod needs it too.
+func TestEachNodeIsJudgedOnItsOwnAttachment(t *testing.T) {
+	vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h", MultiAttach: true}
+	actual := cache.NewActualState()
+	actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-a", UID: "uid-a", Attached: true, MultiAttach: true})
+	desired := cache.NewDesiredState()
+	desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-a", UID: "u-a"}, "node-a", []cache.Volume{vol})
+	desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-b", UID: "u-b"}, "node-b", []cache.Volume{vol})
+	nodes := cache.NewNodes()
+	for _, name := range []string{"node-a", "node-b"} {
+		nodes.Set(cache.Node{Name: name, Presence: cache.NodePresent, Managed: true, Ready: true})
+	}
+	r := &Reconciler{cfg: Config{Desired: desired, Actual: actual, Nodes: nodes, Now: time.Now}}
+	var got []string
+	for _, d := range r.Explain(vol.Name, true) {
+		got = append(got, d.Node+" "+string(d.Action))
+	}
+	if want := []string{"node-a none", "node-b attach"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("decisions %q, want %q", got, want)
+	}
+}
