@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,51 @@ func TestEachNodeIsJudgedOnItsOwnAttachment(t *testing.T) {
 	}
 	if want := []string{"node-a none", "node-b attach"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("decisions %q, want %q", got, want)
+	}
+}
+
+// TestASingleAttachVolumeHeldElsewhereWaits: a single-attach volume that another
+// node holds is not to be attached, and the reason names the holder and what it
+// waits for; a multi-attach volume is attached beside it.
+func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
+	tests := []struct {
+		name        string
+		multiAttach bool
+		// podOnA: a pod on node-a, the holder, still needs the volume.
+		podOnA     bool
+		wantAction Action
+		wantHeldBy []string
+		wantReason string
+	}{
+		{name: "held by a node that no longer needs it", wantAction: ActionWait, wantHeldBy: []string{"node-a"},
+			wantReason: "a single-attach volume: held by node-a, where no pod needs it any more: waits for its detach"},
+		{name: "held by a node whose pod needs it", podOnA: true, wantAction: ActionWait, wantHeldBy: []string{"node-a"},
+			wantReason: "a single-attach volume: held by node-a for pod(s) ns/p-a: waits for them to go"},
+		{name: "multi-attach", multiAttach: true, podOnA: true, wantAction: ActionAttach, wantReason: "to be attached"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h", PVName: "pv", MultiAttach: tc.multiAttach}
+			actual := cache.NewActualState()
+			actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-a", UID: "uid-a", Attached: true, MultiAttach: tc.multiAttach})
+			desired := cache.NewDesiredState()
+			if tc.podOnA {
+				desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-a", UID: "u-a"}, "node-a", []cache.Volume{vol})
+			}
+			desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-b", UID: "u-b"}, "node-b", []cache.Volume{vol})
+			nodes := cache.NewNodes()
+			for _, name := range []string{"node-a", "node-b"} {
+				nodes.Set(cache.Node{Name: name, Presence: cache.NodePresent, Managed: true, Ready: true})
+			}
+			r := &Reconciler{cfg: Config{Desired: desired, Actual: actual, Nodes: nodes, Now: time.Now}}
+			ds := r.Explain(vol.Name, true)
+			i := slices.IndexFunc(ds, func(d Decision) bool { return d.Node == "node-b" })
+			if i < 0 {
+				t.Fatalf("no decision for node-b in %+v", ds)
+			}
+			if d := ds[i]; d.Action != tc.wantAction || !slices.Equal(d.HeldBy, tc.wantHeldBy) || d.Reason != tc.wantReason {
+				t.Errorf("node-b: %s held by %q: %q\nwant    %s held by %q: %q", d.Action, d.HeldBy, d.Reason, tc.wantAction, tc.wantHeldBy, tc.wantReason)
+			}
+		})
 	}
 }
