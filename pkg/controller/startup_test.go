@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
@@ -80,5 +83,81 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 	}
 	if !slices.Equal(onA, []volumename.UniqueName{iscsi}) || len(onB) != 0 {
 		t.Errorf("at the first decision node-a reports %v and node-b %v, want %s on node-a only, as the API server has it", onA, onB, iscsi)
+	}
+}
+
+// TestStartUpRetriesAFailedQuorumList: a quorum list that fails says nothing of
+// what exists, so it cannot show the informers current: the controller lists again
+// until one answers, and decides only once the informers hold what it showed. The
+// informers first list nothing new, and their watches deliver the present 500 ms
+// later; the first quorum lists of one resource fail.
+func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
+	tests := []struct {
+		resource string
+		// current tells whether the informer holds the object as a quorum read shows it.
+		current func(c *Controller) bool
+	}{
+		{"volumeattachments", func(c *Controller) bool {
+			_, err := c.informers.attachments.Lister().Get(volumeAttachment("h-1", "node-a", pvSource("pv-1"), true).Name)
+			return err == nil
+		}},
+		{"nodes", func(c *Controller) bool {
+			n, err := c.informers.nodes.Lister().Get("node-a")
+			return err == nil && n.ResourceVersion == "7"
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.resource, func(t *testing.T) {
+			va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+			current := node("node-a", nil, nil)
+			current.ResourceVersion = "7"
+			client := fake.NewClientset(current, va)
+			informed := map[string]runtime.Object{
+				"volumeattachments": &storagev1.VolumeAttachmentList{},
+				"nodes":             &v1.NodeList{Items: []v1.Node{*node("node-a", nil, nil)}},
+			}
+			informed["nodes"].(*v1.NodeList).Items[0].ResourceVersion = "5"
+			var failures atomic.Int32
+			client.PrependReactor("list", tc.resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+					return true, informed[tc.resource].DeepCopyObject(), nil
+				}
+				if failures.Add(1) <= 3 {
+					return true, nil, errors.New("etcdserver: request timed out")
+				}
+				return false, nil, nil
+			})
+			watcher := watch.NewFake()
+			client.PrependWatchReactor(tc.resource, clienttesting.DefaultWatchReactor(watcher, nil))
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				if tc.resource == "nodes" {
+					watcher.Modify(current.DeepCopy())
+				} else {
+					watcher.Add(va.DeepCopy())
+				}
+			}()
+
+			opts := DefaultOptions()
+			opts.DisableSync = true
+			c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t.Cleanup(c.factory.Shutdown)
+			wasCurrent := false
+			err = c.Run(ctx, func() {
+				wasCurrent = tc.current(c)
+				cancel()
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !wasCurrent {
+				t.Errorf("the first decision came before the %s informer held what the API server has (quorum lists tried: %d)", tc.resource, failures.Load())
+			}
+		})
 	}
 }
