@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -170,5 +171,62 @@ func TestReportOnlyDetachFromADeletedNodeLeavesNoRecord(t *testing.T) {
 	}
 	if !eventually(5*time.Second, func() bool { return !c.actual.HasNode("node-a") && len(c.nodes.Names()) == 0 }) {
 		t.Errorf("node-a: volumes %v, node register %q, 5 s after the node and its pod went; want nothing left", c.actual.VolumesOnNode("node-a"), c.nodes.Names())
+	}
+}
+
+// TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt: a node in the queue
+// of deleted nodes may have come back (a Node of the same name created again):
+// its record stays. A deleted node stays as long as a pod there needs a volume or
+// an attachment is left, and is looked at again.
+func TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt(t *testing.T) {
+	vol := cache.Volume{Name: volumename.CSI(testDriver, "h-1"), Driver: testDriver, Handle: "h-1"}
+	tests := []struct {
+		name       string
+		presence   cache.NodePresence
+		podNeeds   bool
+		attachment bool
+		wantDone   bool
+		wantKept   bool
+	}{
+		{name: "created again", presence: cache.NodePresent, wantDone: true, wantKept: true},
+		{name: "deleted, nothing on it", presence: cache.NodeDeleted, wantDone: true, wantKept: false},
+		{name: "deleted, a pod there needs a volume", presence: cache.NodeDeleted, podNeeds: true, wantDone: false, wantKept: true},
+		{name: "deleted, an attachment is left", presence: cache.NodeDeleted, attachment: true, wantDone: false, wantKept: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.nodes.Set(cache.Node{Name: "node-a", Presence: tc.presence, Managed: true})
+			if tc.podNeeds {
+				c.desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p", UID: "u"}, "node-a", []cache.Volume{vol})
+			}
+			if tc.attachment {
+				c.actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-1", UID: "uid-1", Attached: true})
+			}
+			if done := c.forgetIfUnused("node-a"); done != tc.wantDone {
+				t.Errorf("forgetIfUnused = %t, want %t", done, tc.wantDone)
+			}
+			if kept := slices.Contains(c.nodes.Names(), "node-a"); kept != tc.wantKept {
+				t.Errorf("node-a kept in the register: %t, want %t", kept, tc.wantKept)
+			}
+		})
+	}
+}
+
+// TestForgettingDeletedNodesStopsWithItsQueue: once the queue is shut down, the
+// loop that forgets deleted nodes ends instead of spinning.
+func TestForgettingDeletedNodesStopsWithItsQueue(t *testing.T) {
+	client := fake.NewClientset()
+	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.deletedNodes.ShutDown()
+	if c.forgetNextDeletedNode() {
+		t.Error("forgetNextDeletedNode = true after the queue shut down, want false")
 	}
 }
