@@ -425,3 +425,36 @@ func TestReportOnlyAttachment(t *testing.T) {
 		t.Error("ForgetReportOnly left the volume recorded")
 	}
 }
+
+func TestForgetReportOnlyOfAVolumeNotRecordedDoesNothing(t *testing.T) {
+	s := cache.NewActualState()
+	vol := volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0)
+	s.ForgetReportOnly(vol, "node-a")
+	if s.HasNode("node-a") || len(s.Volumes()) != 0 {
+		t.Error("ForgetReportOnly of a volume never recorded left something recorded")
+	}
+}
+
+// TestLosingOneOfTwoObjectsChangesNodeStatusOnlyIfTheVolumeLeavesIt: a volume
+// with two VolumeAttachments on a node stays listed in node status while the one
+// left is attached.
+func TestLosingOneOfTwoObjectsChangesNodeStatusOnlyIfTheVolumeLeavesIt(t *testing.T) {
+	tests := []struct {
+		name          string
+		otherAttached bool
+		want          bool
+	}{
+		{"the other is attached", true, false},
+		{"the other is not attached", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cache.NewActualState()
+			s.Observe(cache.Observation{Volume: volA.Name, Node: "node-1", VolumeAttachment: "va-1", UID: "uid-1", Attached: true})
+			s.Observe(cache.Observation{Volume: volA.Name, Node: "node-1", VolumeAttachment: "va-2", UID: "uid-2", Attached: tc.otherAttached})
+			if got := s.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: "va-1", PVName: "pv-a", Node: "node-1"}); got != tc.want {
+				t.Errorf("node status changes: %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
