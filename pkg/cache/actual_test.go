@@ -458,3 +458,27 @@ func TestLosingOneOfTwoObjectsChangesNodeStatusOnlyIfTheVolumeLeavesIt(t *testin
 		})
 	}
 }
+
+// TestHasNodeCountsEverythingRecordedOnTheNode: a VolumeAttachment whose volume
+// is not known yet keeps its node from being forgotten, as an identified one does.
+func TestHasNodeCountsEverythingRecordedOnTheNode(t *testing.T) {
+	s := cache.NewActualState()
+	s.Observe(observation(volA, "node-1", true))
+	s.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: "va-2", PVName: "pv-b", Node: "node-2"})
+	for node, want := range map[string]bool{"node-1": true, "node-2": true, "node-3": false} {
+		if got := s.HasNode(node); got != want {
+			t.Errorf("HasNode(%s) = %t, want %t", node, got, want)
+		}
+	}
+}
+
+func TestHasReportOnlyOnlyForANodeWithAnInTreeReport(t *testing.T) {
+	s := cache.NewActualState()
+	s.Observe(observation(volA, "node-1", true))
+	s.AddReportOnly(volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0), "node-2", false)
+	for node, want := range map[string]bool{"node-1": false, "node-2": true, "node-3": false} {
+		if got := s.HasReportOnly(node); got != want {
+			t.Errorf("HasReportOnly(%s) = %t, want %t", node, got, want)
+		}
+	}
+}
