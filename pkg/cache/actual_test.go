@@ -482,3 +482,28 @@ func TestHasReportOnlyOnlyForANodeWithAnInTreeReport(t *testing.T) {
 		}
 	}
 }
+
+// TestMarksOnAVolumeNotRecordedDoNothing: the controller's marks may come for a
+// volume whose attachment went in the meantime; they record nothing and change no
+// node status.
+func TestMarksOnAVolumeNotRecordedDoNothing(t *testing.T) {
+	now := time.Date(2026, 11, 25, 15, 0, 0, 0, time.UTC)
+	s := cache.NewActualState()
+	s.Observe(observation(volA, "node-1", true))
+	if s.HideForDetach(volA.Name, "node-2", cache.NotForced) {
+		t.Error("HideForDetach on node-2, which has nothing: node status changes, want no change")
+	}
+	if s.SetHiddenFromNodeStatus(volB.Name, "node-1", true) {
+		t.Error("SetHiddenFromNodeStatus of a volume not on node-1: node status changes, want no change")
+	}
+	if _, hidden := s.DetachForce(volA.Name, "node-2"); hidden {
+		t.Error("DetachForce on node-2, which has nothing: hidden, want not")
+	}
+	if got := s.StartUnmountWait(volA.Name, "node-2", now); !got.Equal(now) {
+		t.Errorf("StartUnmountWait on node-2, which has nothing = %s, want now", got)
+	}
+	s.EndUnmountWait(volA.Name, "node-2")
+	if s.HasNode("node-2") || !slices.Equal(s.ReportedVolumes("node-1"), []volumename.UniqueName{volA.Name}) {
+		t.Errorf("after marks on what is not recorded: node-2 recorded %t, node-1 reports %v; want nothing on node-2, %s on node-1", s.HasNode("node-2"), s.ReportedVolumes("node-1"), volA.Name)
+	}
+}
