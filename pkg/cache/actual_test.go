@@ -507,3 +507,48 @@ func TestMarksOnAVolumeNotRecordedDoNothing(t *testing.T) {
 		t.Errorf("after marks on what is not recorded: node-2 recorded %t, node-1 reports %v; want nothing on node-2, %s on node-1", s.HasNode("node-2"), s.ReportedVolumes("node-1"), volA.Name)
 	}
 }
+
+// TestDeleteMarksApplyOnlyToTheObjectDeleted: a delete accepted, or whose outcome
+// is unknown, is recorded on the object of that UID, on any object of that name
+// when the UID is not given, and on a create without an answer yet (its UID
+// unknown); never on a newer object of the same name.
+func TestDeleteMarksApplyOnlyToTheObjectDeleted(t *testing.T) {
+	const name = "va-1"
+	seen := func(s *cache.ActualState) {
+		s.Observe(cache.Observation{Volume: volA.Name, Node: "node-1", VolumeAttachment: name, UID: "uid-1", Attached: true})
+	}
+	created := func(s *cache.ActualState) { s.BeginCreate(volA.Name, "node-1", name, false) }
+	tests := []struct {
+		name   string
+		record func(s *cache.ActualState)
+		uid    types.UID
+		want   bool
+	}{
+		{"the object of that UID", seen, "uid-1", true},
+		{"a newer object of that name", seen, "uid-0", false},
+		{"any object of that name", seen, "", true},
+		{"a create without an answer", created, "uid-1", true},
+		{"nothing of that name", func(*cache.ActualState) {}, "uid-1", false},
+	}
+	marks := []struct {
+		name string
+		mark func(s *cache.ActualState, uid types.UID)
+		got  func(a cache.Attachment) bool
+	}{
+		{"MarkDeleting", func(s *cache.ActualState, uid types.UID) { s.MarkDeleting(name, uid) }, func(a cache.Attachment) bool { return a.Deleting }},
+		{"SetDeleteUnsettled", func(s *cache.ActualState, uid types.UID) { s.SetDeleteUnsettled(name, uid, true) }, func(a cache.Attachment) bool { return a.DeleteUnsettled }},
+	}
+	for _, m := range marks {
+		for _, tc := range tests {
+			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+				s := cache.NewActualState()
+				tc.record(s)
+				m.mark(s, tc.uid)
+				att, _ := s.Object(name)
+				if got := m.got(att); got != tc.want {
+					t.Errorf("marked: %t, want %t", got, tc.want)
+				}
+			})
+		}
+	}
+}
