@@ -552,3 +552,87 @@ func TestDeleteMarksApplyOnlyToTheObjectDeleted(t *testing.T) {
 		}
 	}
 }
+
+// TestAnUnknownDeleteOutcomeLastsUntilTheObjectIsSeenGoingOrReplaced: what the
+// informer shows may predate the controller's delete, so a delete with an unknown
+// outcome stays unsettled when the same object, or the controller's own create
+// of that name, is shown again not being deleted; it ends once the object is
+// shown being deleted, or a newer object of that name is shown.
+func TestAnUnknownDeleteOutcomeLastsUntilTheObjectIsSeenGoingOrReplaced(t *testing.T) {
+	const name = "va-1"
+	shown := func(uid types.UID, deleting bool) cache.Observation {
+		return cache.Observation{Volume: volA.Name, Node: "node-1", VolumeAttachment: name, UID: uid, Attached: true, Deleting: deleting}
+	}
+	tests := []struct {
+		name   string
+		record func(s *cache.ActualState)
+		shown  cache.Observation
+		want   bool
+	}{
+		{"same object shown again", func(s *cache.ActualState) { s.Observe(shown("uid-1", false)) }, shown("uid-1", false), true},
+		{"own create shown", func(s *cache.ActualState) { s.BeginCreate(volA.Name, "node-1", name, false) }, shown("uid-1", false), true},
+		{"shown being deleted", func(s *cache.ActualState) { s.Observe(shown("uid-1", false)) }, shown("uid-1", true), false},
+		{"newer object shown", func(s *cache.ActualState) { s.Observe(shown("uid-1", false)) }, shown("uid-2", false), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cache.NewActualState()
+			tc.record(s)
+			s.SetDeleteUnsettled(name, "", true)
+			s.Observe(tc.shown)
+			if att, _ := s.Object(name); att.DeleteUnsettled != tc.want {
+				t.Errorf("delete unsettled: %t, want %t", att.DeleteUnsettled, tc.want)
+			}
+		})
+	}
+	s := cache.NewActualState()
+	s.Observe(shown("uid-1", false))
+	if att, _ := s.Object(name); att.DeleteUnsettled {
+		t.Error("an object shown with no delete of the controller's is unsettled")
+	}
+}
+
+func TestObjectOfAnUnknownNameIsNotFound(t *testing.T) {
+	s := cache.NewActualState()
+	s.Observe(observation(volA, "node-1", true))
+	if att, ok := s.Object("va-unknown"); ok || att != (cache.Attachment{}) {
+		t.Errorf("Object(va-unknown) = %+v, %t; want nothing", att, ok)
+	}
+}
+
+// TestUnsettledListsWhatOnlyTheAPIServerCanSettle: a create the informer has not
+// shown, and a delete with an unknown outcome; not an object shown and settled.
+func TestUnsettledListsWhatOnlyTheAPIServerCanSettle(t *testing.T) {
+	s := cache.NewActualState()
+	s.BeginCreate(volA.Name, "node-1", "va-created", false)
+	s.Observe(cache.Observation{Volume: volA.Name, Node: "node-2", VolumeAttachment: "va-shown", UID: "uid-2", Attached: true})
+	s.Observe(cache.Observation{Volume: volB.Name, Node: "node-2", VolumeAttachment: "va-deleted", UID: "uid-3", Attached: true})
+	s.SetDeleteUnsettled("va-deleted", "uid-3", true)
+	var got []string
+	for _, a := range s.Unsettled() {
+		got = append(got, a.VolumeAttachment)
+	}
+	if want := []string{"va-created", "va-deleted"}; !slices.Equal(got, want) {
+		t.Errorf("Unsettled = %q, want %q", got, want)
+	}
+}
+
+// TestHideForDetachRecordsTheForceRule: hiding a reported volume changes node
+// status and records the force rule of the detach; hiding it again changes
+// nothing.
+func TestHideForDetachRecordsTheForceRule(t *testing.T) {
+	s := cache.NewActualState()
+	s.Observe(observation(volA, "node-1", true))
+	if _, hidden := s.DetachForce(volA.Name, "node-1"); hidden {
+		t.Error("DetachForce before any detach: hidden, want not")
+	}
+	if !s.HideForDetach(volA.Name, "node-1", cache.ForcedOnTimeout) {
+		t.Error("HideForDetach of a reported volume: node status does not change, want it to")
+	}
+	if s.HideForDetach(volA.Name, "node-1", cache.ForcedOnTimeout) {
+		t.Error("HideForDetach again: node status changes, want no change")
+	}
+	if rule, hidden := s.DetachForce(volA.Name, "node-1"); !hidden || rule != cache.ForcedOnTimeout {
+		t.Errorf("DetachForce = %q, %t; want %q, true", rule, hidden, cache.ForcedOnTimeout)
+	}
+}
