@@ -38,6 +38,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/writegate"
 )
 
 // NodeStatus writes a node's status.volumesAttached from the actual state.
@@ -105,11 +106,6 @@ var (
 	// volume again.
 	ErrWanted = errors.New("a pod on the node needs the volume again; not detaching")
 )
-
-// writeGrace is how long the API writes of operations may run on once the
-// controller stops: long enough for a request on its way to get its answer, and
-// shorter than the gap between a lost lease's renew deadline and its expiry.
-const writeGrace = 4 * time.Second
 
 // ErrStopped means the executor is stopping: no operation starts any more.
 var ErrStopped = errors.New("the controller is stopping")
@@ -340,7 +336,10 @@ func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name stri
 		pv := vol.PVName
 		va.Spec.Source.PersistentVolumeName = &pv
 	}
-	wctx, cancel := writeContext(ctx)
+	wctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		return fmt.Errorf("not creating VolumeAttachment %s: %w", name, err)
+	}
 	defer cancel()
 	created, err := e.cfg.Client.StorageV1().VolumeAttachments().Create(wctx, va, metav1.CreateOptions{})
 	switch {
@@ -398,9 +397,12 @@ func (e *Executor) settleUnseen(ctx context.Context, name string) {
 	if att, ok := e.cfg.Actual.Object(name); !ok || att.Seen {
 		return
 	}
-	rctx, cancel := writeContext(ctx)
+	rctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		return
+	}
 	defer cancel()
-	_, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(rctx, name, metav1.GetOptions{})
+	_, err = e.cfg.Client.StorageV1().VolumeAttachments().Get(rctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen {
 			e.cfg.Actual.Forget(name, att.UID)
@@ -528,7 +530,10 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 		uid := att.UID
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
-	wctx, cancel := writeContext(ctx)
+	wctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		return true, fmt.Errorf("not deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	}
 	defer cancel()
 	err = e.cfg.Client.StorageV1().VolumeAttachments().Delete(wctx, att.VolumeAttachment, opts)
 	switch {
@@ -611,20 +616,5 @@ func (e *Executor) current(name string) func() *storagev1.VolumeAttachment {
 			return nil
 		}
 		return va
-	}
-}
-
-// writeContext returns the context of one API request of an operation: it ends
-// writeGrace after ctx does, so that a request sent before the controller stops
-// gets its answer, and the controller learns what it changed.
-func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		timer := time.AfterFunc(writeGrace, cancel)
-		context.AfterFunc(wctx, func() { timer.Stop() })
-	})
-	return wctx, func() {
-		stop()
-		cancel()
 	}
 }

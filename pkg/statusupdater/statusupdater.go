@@ -30,6 +30,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/writegate"
 )
 
 // Updater keeps node.status.volumesAttached in step with the actual state.
@@ -395,7 +396,12 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	if err != nil {
 		return nil, fmt.Errorf("encoding the status patch of node %s: %w", base.Name, err)
 	}
-	patched, err := u.client.CoreV1().Nodes().Patch(ctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+	wctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("not patching status.volumesAttached of node %s: %w", base.Name, err)
+	}
+	defer cancel()
+	patched, err := u.client.CoreV1().Nodes().Patch(wctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
 		return nil, nil
