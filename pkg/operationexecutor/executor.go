@@ -14,7 +14,9 @@
 // for a request it refused) is neither success nor failure: an object the
 // controller tried to create counts as existing until the informer shows it or a
 // later write answers for it, and a delete of unknown outcome is settled with a
-// read before anything else happens to the volume.
+// read before anything else happens to the volume: the detach reads the object
+// back, and if that fails too, a retry of its own reads it again with backoff
+// until the API server answers, whether or not the periodic pass runs.
 package operationexecutor
 
 import (
@@ -118,12 +120,15 @@ type Executor struct {
 
 	mu       sync.Mutex
 	stopping bool
+	// settling holds the objects whose delete of unknown outcome a retry is
+	// reading back.
+	settling map[string]bool
 	running  sync.WaitGroup
 }
 
 // New returns an Executor.
 func New(cfg Config) *Executor {
-	return &Executor{cfg: cfg, locks: newLocks(time.Now), waiter: newWaiter()}
+	return &Executor{cfg: cfg, locks: newLocks(time.Now), waiter: newWaiter(), settling: make(map[string]bool)}
 }
 
 // ObserveVolumeAttachment passes what the informer saw of a VolumeAttachment (nil
@@ -370,25 +375,88 @@ func refused(err error) bool {
 // to, that the informer never showed (if the API server does not have it, the
 // record goes), or one whose delete had an unknown outcome.
 func (e *Executor) Settle(ctx context.Context, att cache.Attachment) {
-	key := lockFor(att.Volume, att.Node, att.MultiAttach)
-	if !e.locks.tryAcquire(key) {
-		return
-	}
-	defer e.locks.free(key)
 	if !att.DeleteUnsettled {
+		key := lockFor(att.Volume, att.Node, att.MultiAttach)
+		if !e.locks.tryAcquire(key) {
+			return
+		}
+		defer e.locks.free(key)
 		e.settleUnseen(ctx, att.VolumeAttachment)
 		return
 	}
-	deleted, err := e.readDeleted(ctx, att)
-	if err != nil {
+	if err := e.settleDelete(ctx, att, e.readDeleted); err != nil && !errors.Is(err, errBusy) {
 		klog.FromContext(ctx).Error(err, "Reading a VolumeAttachment to learn whether its delete took effect", "volumeAttachment", att.VolumeAttachment)
-		return
+	}
+}
+
+// errBusy means an operation on the volume runs: it is the one to settle what
+// it finds.
+var errBusy = errors.New("an operation on the volume runs")
+
+// settleDelete reads back, with read and unless an operation on it runs, an
+// object whose delete had an unknown outcome, records what it learns and has the
+// volume reconciled again.
+func (e *Executor) settleDelete(ctx context.Context, att cache.Attachment, read func(context.Context, cache.Attachment) (bool, error)) error {
+	key := lockFor(att.Volume, att.Node, att.MultiAttach)
+	if !e.locks.tryAcquire(key) {
+		return errBusy
+	}
+	defer e.locks.free(key)
+	deleted, err := read(ctx, att)
+	if err != nil {
+		return err
 	}
 	if deleted {
 		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
 	}
 	e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, false)
 	e.cfg.Done(att.Volume)
+	return nil
+}
+
+// retrySettle reads back, in its own goroutine, an object whose delete had an
+// unknown outcome, again and again with backoff, until the outcome is known
+// (from a read, or from the informer) or ctx ends. Nothing else may be waiting
+// to settle it: the reconciler leaves a volume alone while its delete may be
+// under way, and the periodic pass may be off.
+func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping || ctx.Err() != nil || e.settling[att.VolumeAttachment] {
+		return
+	}
+	e.settling[att.VolumeAttachment] = true
+	e.running.Add(1)
+	go func() {
+		defer e.running.Done()
+		defer func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			delete(e.settling, att.VolumeAttachment)
+		}()
+		logger := klog.FromContext(ctx).WithValues("volumeAttachment", att.VolumeAttachment)
+		delay := initialBackoff
+		for {
+			retry := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				retry.Stop()
+				return
+			case <-retry.C:
+			}
+			cur, ok := e.cfg.Actual.Object(att.VolumeAttachment)
+			if !ok || !cur.DeleteUnsettled || (att.UID != "" && cur.UID != att.UID) {
+				return
+			}
+			err := e.settleDelete(ctx, cur, e.readBack)
+			if err == nil {
+				logger.V(2).Info("Settled a delete of unknown outcome by reading the VolumeAttachment back")
+				return
+			}
+			delay = min(2*delay, maxBackoff)
+			logger.V(2).Info("The outcome of a delete is still unknown, reading the VolumeAttachment again later", "err", err, "after", delay)
+		}
+	}()
 }
 
 // settleUnseen reads an object the informer never showed: if the API server does
@@ -552,6 +620,7 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 	switch {
 	case readErr != nil:
 		e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, true)
+		e.retrySettle(ctx, att)
 		return false, fmt.Errorf("deleting VolumeAttachment %s: %w; reading it back to learn the outcome: %w", att.VolumeAttachment, err, readErr)
 	case deleted:
 		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
@@ -569,22 +638,26 @@ func (e *Executor) readDeleted(ctx context.Context, att cache.Attachment) (delet
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
 	var lastErr error
 	err = wait.ExponentialBackoffWithContext(rctx, backoff, func(ctx context.Context) (bool, error) {
-		va, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, att.VolumeAttachment, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			deleted = true
-			return true, nil
-		case err != nil:
-			lastErr = err
-			return false, nil
-		}
-		deleted = va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID)
-		return true, nil
+		deleted, lastErr = e.readBack(ctx, att)
+		return lastErr == nil, nil
 	})
 	if err != nil {
 		return false, errors.Join(err, lastErr)
 	}
 	return deleted, nil
+}
+
+// readBack reads the object once after a delete of unknown outcome and tells
+// whether the delete took effect: the object is gone, being deleted, or replaced.
+func (e *Executor) readBack(ctx context.Context, att cache.Attachment) (deleted bool, err error) {
+	va, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, att.VolumeAttachment, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	}
+	return va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID), nil
 }
 
 func (e *Executor) forgetIfUnseen(att cache.Attachment) {
