@@ -47,7 +47,7 @@ import (
 type NodeStatus interface {
 	// Confirm makes the API server's list match the actual state as it stands
 	// now and returns the node as the API server returned it (nil if the node
-	// does not exist).
+	// does not exist; unwritten if the controller does not manage it).
 	Confirm(ctx context.Context, node string) (*v1.Node, error)
 	// Enqueue asks for the node's list to be written soon.
 	Enqueue(node string)
@@ -107,6 +107,10 @@ var (
 	// ErrWanted means a detach was called off because a pod on the node needs the
 	// volume again.
 	ErrWanted = errors.New("a pod on the node needs the volume again; not detaching")
+	// ErrNotManaged means a detach was called off because the node the API
+	// server returned is not managed by the attach/detach controller: kubelet
+	// attaches and detaches there itself.
+	ErrNotManaged = errors.New("the node is not managed by the attach/detach controller; not detaching")
 )
 
 // ErrStopped means the executor is stopping: no operation starts any more.
@@ -498,7 +502,7 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
 		case ctx.Err() != nil:
 			logger.V(2).Info("Detach interrupted by shutdown")
-		case errors.Is(err, ErrInUse), errors.Is(err, ErrWanted):
+		case errors.Is(err, ErrInUse), errors.Is(err, ErrWanted), errors.Is(err, ErrNotManaged):
 			logger.Info("Detach called off", "reason", err)
 		default:
 			logger.Error(err, "Detach failed")
@@ -533,6 +537,10 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 				return ErrInUse
 			}
 		}
+	case !cache.IsManaged(node):
+		// The annotation was taken away since the decision: the reconciler
+		// leaves such a node to kubelet, and so does the detach.
+		return ErrNotManaged
 	case slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
 		if !force.Holds(node) {
 			return ErrInUse

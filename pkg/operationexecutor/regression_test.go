@@ -516,7 +516,7 @@ func TestDetachNotFoundForgetsAnUnseenObject(t *testing.T) {
 // inUseNode is the node as the API server returns it, reporting testPV in use.
 func inUseNode(ready, outOfService bool) *v1.Node {
 	n := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		ObjectMeta: metav1.ObjectMeta{Name: testNode, Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
 		Status:     v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{v1.UniqueVolumeName(testPV.Name)}},
 	}
 	status := v1.ConditionFalse

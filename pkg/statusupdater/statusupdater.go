@@ -288,8 +288,9 @@ func (u *Updater) sync(ctx context.Context, r *nodeRecord, nodeName string) erro
 // API server returned it once it does: the response to the patch, or to a read
 // when no patch was needed. The write is the node's next batched one: calls for
 // the same node, and the changes that enqueued it, share it. It returns nil for a
-// node that does not exist, or that is not managed by this controller, and
-// ErrStopped if the updater stops first.
+// node that does not exist, the node as the API server has it, unwritten, for a
+// node this controller does not manage, and ErrStopped if the updater stops
+// first.
 func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error) {
 	c := &confirmation{done: make(chan struct{})}
 	u.mu.Lock()
@@ -346,7 +347,9 @@ func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (
 	case err != nil:
 		return nil, fmt.Errorf("reading node %s from the API server: %w", nodeName, err)
 	case !cache.IsManaged(fresh):
-		return nil, nil
+		// kubelet attaches and detaches there itself: nothing to write, and the
+		// node as it is tells the caller so.
+		return fresh, nil
 	}
 	want, precondition := u.wanted(fresh, fresh.Status.VolumesAttached)
 	if sameList(fresh.Status.VolumesAttached, want) {
