@@ -176,7 +176,7 @@ func TestBurstOfFiveThousand(t *testing.T) {
 		t.Errorf("no normal event dropped: the burst did not outrun the writer, the test shows nothing")
 	}
 	for _, eventType := range []string{v1.EventTypeNormal, v1.EventTypeWarning} {
-		for _, cause := range []string{CauseSpamFilter, CauseRejected} {
+		for _, cause := range []string{CauseSpamFilter, CauseRejected, CauseRetryLimit} {
 			if n := dropped.get(eventType, cause); n != 0 {
 				t.Errorf("%d %s events dropped for %s", n, eventType, cause)
 			}
