@@ -347,6 +347,7 @@ func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name stri
 	}
 	wctx, cancel, err := writegate.Open(ctx)
 	if err != nil {
+		e.forgetUnmade(name, fresh)
 		return fmt.Errorf("not creating VolumeAttachment %s: %w", name, err)
 	}
 	defer cancel()
@@ -358,12 +359,19 @@ func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name stri
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		return nil
-	case refused(err) && fresh:
-		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen && att.UID == "" {
-			e.cfg.Actual.Forget(name, "")
-		}
+	case refused(err):
+		e.forgetUnmade(name, fresh)
 	}
 	return fmt.Errorf("creating VolumeAttachment %s: %w", name, err)
+}
+
+// forgetUnmade forgets the record of a create that certainly made nothing (it
+// was refused, or never sent), if this create made the record (fresh) and nothing
+// has been learned of the object since.
+func (e *Executor) forgetUnmade(name string, fresh bool) {
+	if att, ok := e.cfg.Actual.Object(name); fresh && ok && !att.Seen && att.UID == "" {
+		e.cfg.Actual.Forget(name, "")
+	}
 }
 
 // refused tells whether the API server answered the request by refusing it, so

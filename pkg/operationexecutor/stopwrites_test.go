@@ -50,3 +50,21 @@ func TestNoDeleteIsSentOnceTheLeaseIsLostDuringTheOneBefore(t *testing.T) {
 		t.Errorf("records after the stop = %+v, want the first deleting and the second untouched", got.Objects)
 	}
 }
+
+// TestNoCreateIsSentOnceTheControllerStopped: an attach that began before the
+// stop sends no create after it, and forgets the record it made for that create,
+// since nothing was sent.
+func TestNoCreateIsSentOnceTheControllerStopped(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	ctx, stop := context.WithCancel(t.Context())
+	stop()
+	if err := h.exec.attach(ctx, testPV, testNode); err == nil {
+		t.Fatal("attach after the stop = nil, want an error")
+	}
+	if h.createdOn(testNode) {
+		t.Error("a create was sent after the stop")
+	}
+	if _, recorded := h.actual.Object(testVAName); recorded {
+		t.Error("the create never sent is still recorded as one that may have made the object")
+	}
+}
