@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -269,7 +270,7 @@ func (r *Recorder) takeDueLocked(eventType string, now time.Time) *attempt {
 		return nil
 	}
 	a := r.retrying[best]
-	r.retrying = append(r.retrying[:best], r.retrying[best+1:]...)
+	r.retrying = slices.Delete(r.retrying, best, best+1)
 	if eventType != v1.EventTypeWarning {
 		r.retryingNormal--
 	}
