@@ -477,12 +477,7 @@ func (e *Executor) settleUnseen(ctx context.Context, name string) {
 	if att, ok := e.cfg.Actual.Object(name); !ok || att.Seen {
 		return
 	}
-	rctx, cancel, err := writegate.Open(ctx)
-	if err != nil {
-		return
-	}
-	defer cancel()
-	_, err = e.cfg.Client.StorageV1().VolumeAttachments().Get(rctx, name, metav1.GetOptions{})
+	_, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen {
 			e.cfg.Actual.Forget(name, att.UID)
