@@ -263,6 +263,7 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 		},
 		"attachdetach_controller_events_dropped_total": {
 			`cause="queue_full",type="Normal"`, `cause="rejected",type="Normal"`, `cause="rejected",type="Warning"`,
+			`cause="retry_limit",type="Normal"`, `cause="retry_limit",type="Warning"`,
 			`cause="spam_filter",type="Normal"`, `cause="spam_filter",type="Warning"`,
 		},
 		"attachdetach_controller_waits_for_detach_total": {""},
