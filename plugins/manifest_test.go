@@ -4,7 +4,9 @@
 package plugins
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -159,5 +161,46 @@ func TestCompletionScriptRunsThePluginsComplete(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(src), "#!/bin/sh\n") || !strings.Contains(string(src), `exec kubectl-attachdetach __complete "$@"`) {
 		t.Errorf("kubectl_complete-attachdetach does not hand its words to kubectl-attachdetach __complete:\n%s", src)
+	}
+}
+
+// TestReleaseScriptFillsThisManifest reads hack/release.sh: it builds the
+// manifest's platforms, names their archives as the manifest's URIs do, and fills
+// this template's placeholders.
+func TestReleaseScriptFillsThisManifest(t *testing.T) {
+	src, err := os.ReadFile("../hack/release.sh")
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("no hack/release.sh in this checkout")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^all_platforms="([^"]*)"$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("hack/release.sh has no all_platforms=\"OS/ARCH ...\" line")
+	}
+	var want []string
+	for _, osName := range systems {
+		for _, arch := range architectures {
+			want = append(want, osName+"/"+arch)
+		}
+	}
+	got := strings.Fields(string(m[1]))
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("hack/release.sh builds %v, the manifest names %v", got, want)
+	}
+	for _, step := range []string{
+		`krew_template=${KREW_TEMPLATE:-plugins/attachdetach.yaml}`,
+		`name=kubectl-attachdetach_${version}_${os}_${arch}`,
+		`"$out/$name.zip"`,
+		`"$out/$name.tar.gz"`,
+		`"s/{{VERSION}}/$version/g"`,
+		`"s/{{SHA256_${os}_${arch}}}/$sum/g"`,
+	} {
+		if !strings.Contains(string(src), step) {
+			t.Errorf("hack/release.sh no longer has %s, which the manifest's names rely on", step)
+		}
 	}
 }
