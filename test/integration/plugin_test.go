@@ -64,8 +64,8 @@ func (u pluginUser) kubectl(t *testing.T, args ...string) (stdout, stderr string
 // against the real API server: --context picks the named context and its
 // namespace; --as a user without rights is refused, naming what explain must
 // read; --as a user bound to the explain-reader ClusterRole of the manifests
-// explains; and kubectl completes pod/, pvc/ and node/ names through
-// kubectl_complete-attachdetach.
+// explains; its help has kubectl's layout; and kubectl completes pod/, pvc/ and
+// node/ names through kubectl_complete-attachdetach.
 func TestPluginThroughKubectl(t *testing.T) {
 	s := newScenario(t, scenarioOptions{})
 	node := s.Nodes[0]
@@ -103,6 +103,15 @@ func TestPluginThroughKubectl(t *testing.T) {
 		})
 		if strings.Contains(errOut, "forbidden") {
 			t.Errorf("explain --as %s was refused something:\n%s", reader, errOut)
+		}
+	})
+
+	t.Run("help", func(t *testing.T) {
+		out, errOut, err := u.kubectl(t, "attachdetach", "--help")
+		for _, want := range []string{"\nExamples:\n", "\nUsage:\n  kubectl attachdetach [command] [options]\n", `Use "kubectl attachdetach <command> --help"`} {
+			if err != nil || !strings.Contains(out, want) {
+				t.Errorf("kubectl attachdetach --help: %v, lacks %q:\n%s%s", err, want, out, errOut)
+			}
 		}
 	})
 
