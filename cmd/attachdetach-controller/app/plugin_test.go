@@ -18,6 +18,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/explain"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/version"
 )
 
 // pluginRun is one run of the plugin's command line, explain's run replaced by
@@ -264,5 +265,12 @@ func podMetadata(namespace, name string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+	}
+}
+
+func TestPluginVersionIsTheControllers(t *testing.T) {
+	r := runPlugin(t, "version")
+	if r.err != nil || r.stdout != version.String()+"\n" {
+		t.Errorf("version: %v, %q; want %q", r.err, r.stdout, version.String()+"\n")
 	}
 }
