@@ -38,16 +38,30 @@ var kindNames = map[string]Kind{
 	"volumeattachment": VolumeAttachment, "volumeattachments": VolumeAttachment, "va": VolumeAttachment,
 }
 
+// Kinds are the kinds an explanation can be about, in the order help lists them.
+var Kinds = []Kind{Pod, Claim, PV, Node, VolumeAttachment}
+
+// ParseKind reads a kind as kubectl spells it: singular, plural or short name.
+func ParseKind(s string) (Kind, bool) {
+	k, known := kindNames[strings.ToLower(s)]
+	return k, known
+}
+
+// Namespaced tells whether objects of the kind live in a namespace.
+func (k Kind) Namespaced() bool {
+	return k == Pod || k == Claim
+}
+
 // ParseTarget reads KIND/NAME, as kubectl spells it; namespace applies to pods
 // and claims.
 func ParseTarget(s, namespace string) (Target, error) {
 	kind, name, ok := strings.Cut(s, "/")
-	k, known := kindNames[strings.ToLower(kind)]
+	k, known := ParseKind(kind)
 	if !ok || !known || name == "" || strings.Contains(name, "/") {
 		return Target{}, fmt.Errorf("%q is not one of pod/NAME, pvc/NAME, pv/NAME, node/NAME, volumeattachment/NAME", s)
 	}
 	t := Target{Kind: k, Name: name}
-	if k == Pod || k == Claim {
+	if k.Namespaced() {
 		t.Namespace = namespace
 	}
 	return t, nil

@@ -31,6 +31,17 @@ func TestParseTarget(t *testing.T) {
 	}
 }
 
+func TestEveryKindParsesFromItsOwnName(t *testing.T) {
+	for _, k := range Kinds {
+		if got, ok := ParseKind(string(k)); !ok || got != k {
+			t.Errorf("ParseKind(%q) = %q, %v", k, got, ok)
+		}
+		if want := k == Pod || k == Claim; k.Namespaced() != want {
+			t.Errorf("%s.Namespaced() = %v, want %v", k, k.Namespaced(), want)
+		}
+	}
+}
+
 func TestWriteText(t *testing.T) {
 	r := Report{
 		Target:       Target{Kind: Pod, Namespace: "ns", Name: "web-1"},

@@ -121,7 +121,7 @@ func New() *Metrics {
 		}, []string{"expected", "result"}),
 		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_dropped_total",
-			Help: "Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server).",
+			Help: "Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server; retry_limit: failed 12 times with errors that may pass).",
 		}, []string{"type", "cause"}),
 		upstream: newUpstreamMetrics(),
 	}
@@ -151,6 +151,8 @@ func New() *Metrics {
 		{v1.EventTypeNormal, eventsink.CauseRejected},
 		{v1.EventTypeWarning, eventsink.CauseSpamFilter},
 		{v1.EventTypeWarning, eventsink.CauseRejected},
+		{v1.EventTypeNormal, eventsink.CauseRetryLimit},
+		{v1.EventTypeWarning, eventsink.CauseRetryLimit},
 	} {
 		m.EventsDropped.WithLabelValues(drop[0], drop[1])
 	}

@@ -77,11 +77,13 @@ attachdetach_controller_volume_attachments 5
 attachdetach_controller_waits_for_detach_total 1
 `},
 		{name: "attachdetach_controller_events_dropped_total", want: `
-# HELP attachdetach_controller_events_dropped_total Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server).
+# HELP attachdetach_controller_events_dropped_total Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server; retry_limit: failed 12 times with errors that may pass).
 # TYPE attachdetach_controller_events_dropped_total counter
 attachdetach_controller_events_dropped_total{cause="queue_full",type="Normal"} 1
 attachdetach_controller_events_dropped_total{cause="rejected",type="Normal"} 0
 attachdetach_controller_events_dropped_total{cause="rejected",type="Warning"} 0
+attachdetach_controller_events_dropped_total{cause="retry_limit",type="Normal"} 0
+attachdetach_controller_events_dropped_total{cause="retry_limit",type="Warning"} 0
 attachdetach_controller_events_dropped_total{cause="spam_filter",type="Normal"} 0
 attachdetach_controller_events_dropped_total{cause="spam_filter",type="Warning"} 0
 `},
@@ -261,6 +263,7 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 		},
 		"attachdetach_controller_events_dropped_total": {
 			`cause="queue_full",type="Normal"`, `cause="rejected",type="Normal"`, `cause="rejected",type="Warning"`,
+			`cause="retry_limit",type="Normal"`, `cause="retry_limit",type="Warning"`,
 			`cause="spam_filter",type="Normal"`, `cause="spam_filter",type="Warning"`,
 		},
 		"attachdetach_controller_waits_for_detach_total": {""},
