@@ -176,7 +176,7 @@ func TestReportOnlyDetachFromADeletedNodeLeavesNoRecord(t *testing.T) {
 
 // TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt: a node in the queue
 // of deleted nodes may have come back (a Node of the same name created again):
-// its record stays. A deleted node stays as long as a pod there needs a volume or
+// its record stays, and it leaves the queue whatever is on it. A deleted node stays as long as a pod there needs a volume or
 // an attachment is left, and is looked at again.
 func TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt(t *testing.T) {
 	vol := cache.Volume{Name: volumename.CSI(testDriver, "h-1"), Driver: testDriver, Handle: "h-1"}
@@ -189,6 +189,7 @@ func TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt(t *testing.T) {
 		wantKept   bool
 	}{
 		{name: "created again", presence: cache.NodePresent, wantDone: true, wantKept: true},
+		{name: "created again, an attachment on it", presence: cache.NodePresent, attachment: true, wantDone: true, wantKept: true},
 		{name: "deleted, nothing on it", presence: cache.NodeDeleted, wantDone: true, wantKept: false},
 		{name: "deleted, a pod there needs a volume", presence: cache.NodeDeleted, podNeeds: true, wantDone: false, wantKept: true},
 		{name: "deleted, an attachment is left", presence: cache.NodeDeleted, attachment: true, wantDone: false, wantKept: true},
