@@ -180,3 +180,27 @@ func TestLocksResetBackoff(t *testing.T) {
 		t.Errorf("failure after reset backs off %v, want the initial %v", err, initialBackoff)
 	}
 }
+
+// TestBackoffLeftTellsTheWaitAndKindOfTheLastFailure: what an explanation shows of
+// a backoff.
+func TestBackoffLeftTellsTheWaitAndKindOfTheLastFailure(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newLocks(func() time.Time { return now })
+	if left, k := l.backoffLeft(vol1, "a"); left != 0 || k != 0 {
+		t.Errorf("backoffLeft with no failure = %v, %v; want none", left, k)
+	}
+	for _, kind := range []kind{attachKind, detachKind} {
+		if err := l.acquire(lockFor(vol1, "a", false), "a", kind); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		l.release(lockFor(vol1, "a", false), "a", kind, true)
+		now = now.Add(100 * time.Millisecond)
+		if left, k := l.backoffLeft(vol1, "a"); left != initialBackoff-100*time.Millisecond || k != kind {
+			t.Errorf("backoffLeft after a failed %v = %v, %v; want %v, %v", kind, left, k, initialBackoff-100*time.Millisecond, kind)
+		}
+		now = now.Add(initialBackoff)
+		if left, _ := l.backoffLeft(vol1, "a"); left != 0 {
+			t.Errorf("backoffLeft once the backoff ran out = %v, want 0", left)
+		}
+	}
+}
