@@ -18,6 +18,7 @@ func TestNodeRecordJudgesTheInformersCopyByItsVersion(t *testing.T) {
 		want    []v1.AttachedVolume
 	}{
 		{"nothing written", &nodeRecord{}, "5", informed},
+		{"nothing written, no version", &nodeRecord{}, "", informed},
 		{"the base of the write", &nodeRecord{baseVersion: "5", writtenVersion: "7", written: written}, "5", written},
 		{"between base and write", &nodeRecord{baseVersion: "5", writtenVersion: "7", written: written}, "6", written},
 		{"the write itself", &nodeRecord{baseVersion: "5", writtenVersion: "7", written: written}, "7", written},
