@@ -266,3 +266,53 @@ func TestConfirmWithoutAnAnswer(t *testing.T) {
 		})
 	})
 }
+
+// TestACallerGivingUpLeavesTheOthersWaiting: one caller of Confirm that stops
+// waiting takes back its own confirmation only; another still waits, and the
+// next write answers it.
+func TestACallerGivingUpLeavesTheOthersWaiting(t *testing.T) {
+	h := newHarness(t, managedNode("1"), managedNode("1"))
+	h.attach(volA, true)
+	blocked := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() {
+			close(blocked)
+			<-release
+		})
+		return false, nil, nil
+	})
+	h.updater.Enqueue(nodeName)
+	<-blocked
+	ctx, giveUp := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := h.updater.Confirm(ctx, nodeName)
+		gaveUp <- err
+	}()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := h.updater.Confirm(context.Background(), nodeName)
+		answered <- err
+	}()
+	for h.updater.Waiting(nodeName) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	giveUp()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Errorf("Confirm of the caller that gave up = %v, want context.Canceled", err)
+	}
+	if n := h.updater.Waiting(nodeName); n != 1 {
+		t.Errorf("%d confirmations waiting after one caller gave up, want the other one", n)
+	}
+	close(release)
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Errorf("Confirm of the caller that waited = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the caller that waited had no answer 10 s after the write went on")
+	}
+}
