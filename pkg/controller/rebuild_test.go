@@ -2,13 +2,17 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // TestRebuildFailsWhenItsEventHandlersCannotBeRegistered: informers that stopped
@@ -28,5 +32,54 @@ func TestRebuildFailsWhenItsEventHandlersCannotBeRegistered(t *testing.T) {
 	factory.Shutdown()
 	if err := c.rebuild(context.Background()); err == nil {
 		t.Error("rebuild with stopped informers succeeded, want an error")
+	}
+}
+
+// settlingExecutor records the attachments it is asked to settle.
+type settlingExecutor struct {
+	Executor
+	settled []string
+}
+
+func (e *settlingExecutor) Settle(_ context.Context, att cache.Attachment) {
+	e.settled = append(e.settled, att.VolumeAttachment)
+}
+
+// TestPeriodicPassSettlesWhatOnlyTheAPIServerKnows: a create the informer does
+// not hold is read from the API server, and so is an object the informer holds
+// whose delete had an unknown outcome; an object the informer holds, settled,
+// is not.
+func TestPeriodicPassSettlesWhatOnlyTheAPIServerKnows(t *testing.T) {
+	deleted := volumeAttachment("h-2", "node-a", pvSource("pv-2"), true)
+	shown := volumeAttachment("h-3", "node-a", pvSource("pv-3"), true)
+	client := fake.NewClientset(deleted, shown)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &settlingExecutor{Executor: c.executor}
+	c.executor = e
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	vol := volumename.CSI(testDriver, "h-1")
+	c.actual.BeginCreate(vol, "node-a", volumename.AttachmentName("h-1", testDriver, "node-a"), false)
+	for _, va := range []*storagev1.VolumeAttachment{deleted, shown} {
+		c.actual.Observe(cache.Observation{Volume: volumename.CSI(testDriver, *va.Spec.Source.PersistentVolumeName), Node: "node-a", VolumeAttachment: va.Name, UID: va.UID, Attached: true})
+	}
+	c.actual.SetDeleteUnsettled(deleted.Name, "", true)
+	if err := c.reconcileAttachments(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{volumename.AttachmentName("h-1", testDriver, "node-a"), deleted.Name}
+	slices.Sort(want)
+	slices.Sort(e.settled)
+	if !slices.Equal(e.settled, want) {
+		t.Errorf("settled %q, want %q", e.settled, want)
 	}
 }
