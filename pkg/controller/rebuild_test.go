@@ -83,3 +83,57 @@ func TestPeriodicPassSettlesWhatOnlyTheAPIServerKnows(t *testing.T) {
 		t.Errorf("settled %q, want %q", e.settled, want)
 	}
 }
+
+// TestPeriodicPassRecordsWhatTheInformerHolds: a node the informer holds stays
+// present, a VolumeAttachment it holds and the state lacks is recorded, and one
+// recorded under an older UID is recorded again under the informer's.
+func TestPeriodicPassRecordsWhatTheInformerHolds(t *testing.T) {
+	missed := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	replaced := volumeAttachment("h-2", "node-a", pvSource("pv-2"), true)
+	replaced.UID = "uid-new"
+	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "one"), csiPV("pv-2", "h-2", "ns", "two"), missed, replaced)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	c.actual.Observe(cache.Observation{Volume: volumename.CSI(testDriver, "h-2"), Node: "node-a", VolumeAttachment: replaced.Name, UID: "uid-old", Attached: true})
+	if err := c.reconcileNodes(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.reconcileAttachments(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !c.nodes.Get("node-a").Exists() {
+		t.Error("node-a, which the informer holds, does not count as present after the pass")
+	}
+	if _, ok := c.actual.Object(missed.Name); !ok {
+		t.Errorf("%s, which the informer holds, is not recorded after the pass", missed.Name)
+	}
+	if att, _ := c.actual.Object(replaced.Name); att.UID != "uid-new" {
+		t.Errorf("%s is recorded with UID %q after the pass, want the informer's uid-new", replaced.Name, att.UID)
+	}
+}
+
+func TestMultiAttachOfAVolumeKnownOnlyByNameIsWhatAPodSays(t *testing.T) {
+	client := fake.NewClientset()
+	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk1", 0)
+	multi := volumename.ISCSI("10.0.0.1:3260", "iqn.2001-04.com.example:disk2", 0)
+	c.desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p", UID: "u"}, "node-a", []cache.Volume{{Name: single}, {Name: multi, MultiAttach: true}})
+	for name, want := range map[volumename.UniqueName]bool{single: false, multi: true, volumename.CSI(testDriver, "no-pod"): false} {
+		if got := c.multiAttachOf(name); got != want {
+			t.Errorf("multiAttachOf(%s) = %t, want %t", name, got, want)
+		}
+	}
+}
