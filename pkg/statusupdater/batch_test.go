@@ -316,3 +316,28 @@ func TestACallerGivingUpLeavesTheOthersWaiting(t *testing.T) {
 		t.Error("the caller that waited had no answer 10 s after the write went on")
 	}
 }
+
+// TestConfirmWritesAgainWhenItsPatchMetAnotherList: a patch answered with a list
+// other than the one written (another writer got in between) confirms nothing:
+// the updater reads the node and writes again.
+func TestConfirmWritesAgainWhenItsPatchMetAnotherList(t *testing.T) {
+	h := newHarness(t, managedNode("1"), managedNode("1"))
+	h.attach(volA, true)
+	var once sync.Once
+	h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (handled bool, _ runtime.Object, _ error) {
+		var other runtime.Object
+		once.Do(func() {
+			handled, other = true, managedNode("2", csiEntry(volB))
+		})
+		return handled, other, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := h.updater.Confirm(ctx, nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []v1.AttachedVolume{csiEntry(volA)}; !slices.Equal(got.Status.VolumesAttached, want) {
+		t.Errorf("confirmed node lists %v, want %v", got.Status.VolumesAttached, want)
+	}
+}
