@@ -91,11 +91,12 @@ done
 step "rendering install.yaml"
 kubectl=$(hack/build-tools.sh kubectl)
 mkdir -p "$work/install"
+# kustomize takes relative paths only.
 cat >"$work/install/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $root/manifests
+  - $(realpath --relative-to="$work/install" "$root/manifests")
 images:
   - name: $image
     newTag: $version

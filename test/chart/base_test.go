@@ -75,11 +75,20 @@ func TestDefaultValuesRenderTheKustomizeBase(t *testing.T) {
 func overlay(t *testing.T, components []string) string {
 	t.Helper()
 	dir := t.TempDir()
-	k := fmt.Sprintf("resources:\n  - %s\n", filepath.Join(root, "manifests"))
+	// kustomize takes relative paths only.
+	rel := func(path string) string {
+		r, err := filepath.Rel(dir, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	manifests := filepath.Join(root, "manifests")
+	k := fmt.Sprintf("resources:\n  - %s\n", rel(manifests))
 	if len(components) > 0 {
 		k += "labels:\n  - pairs:\n      app.kubernetes.io/part-of: attachdetach-controller\ncomponents:\n"
 		for _, c := range components {
-			k += fmt.Sprintf("  - %s\n", filepath.Join(root, "manifests", "components", c))
+			k += fmt.Sprintf("  - %s\n", rel(filepath.Join(manifests, "components", c)))
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {

@@ -195,11 +195,12 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		set  string
 		want []string
 	}{
-		{"an unknown logging format", "logging.format=xml", []string{"logging", "format", "text", "json"}},
-		{"replicas that are no number", "replicas=two", []string{"replicas", "integer"}},
-		{"a duration without its unit", "controller.maxWaitForUnmount=600", []string{"maxWaitForUnmount"}},
-		{"a misspelt key", "replica=3", []string{"replica", "not allowed"}},
-		{"a negative worker count", "controller.workers=0", []string{"workers", "1"}},
+		{"an unknown logging format", "logging.format=xml", []string{"/logging/format", "value must be one of '', 'text', 'json'"}},
+		{"replicas that are no number", "replicas=two", []string{"/replicas", "got string, want integer"}},
+		{"a duration without its unit", "controller.maxWaitForUnmount=600", []string{"maxWaitForUnmount", "want null or string"}},
+		{"a duration Go cannot parse", "controller.maxWaitForUnmount=10min", []string{"maxWaitForUnmount", "'10min' does not match pattern"}},
+		{"a misspelt key", "replica=3", []string{"additional properties 'replica' not allowed"}},
+		{"no workers", "controller.workers=0", []string{"/controller/workers", "want 1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := run(t, helm, "template", release, chartDir, "--set", c.set)
