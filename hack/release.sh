@@ -20,6 +20,7 @@
 # it and the commit (pkg/version). RELEASE_PLATFORMS, a space-separated list of
 # OS/ARCH, builds only those of the platforms above (the tests build one); the
 # default is all of them. KREW_TEMPLATE names another krew manifest template.
+# Needs Go, git, GNU tar and coreutils (Linux), and zip for the Windows archives.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
