@@ -139,8 +139,8 @@ if docker buildx version >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 		--tag "$image:$version" \
 		--output "type=oci,dest=$out/attachdetach-controller_${version}_image.oci.tar" .
 else
-	step "docker buildx is not available here (or its daemon is not running): no image tarball; build and push it with
-  docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$version --build-arg GIT_COMMIT=$commit --tag $image:$version --push ."
+	step "docker buildx is not available here (or its daemon is not running): no image tarball"
+	echo "    build and push the image where it is: docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$version --build-arg GIT_COMMIT=$commit --tag $image:$version --push ." >&2
 fi
 
 step "sums"
