@@ -1,7 +1,9 @@
 package chart
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,7 +12,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 )
 
 // The differences between the chart's objects and the kustomize base's that
@@ -122,16 +123,50 @@ func normalize(o *unstructured.Unstructured) map[string]any {
 	return o.Object
 }
 
-// compare returns "" when the objects are equal, else both in YAML.
-func compare(want, got map[string]any) string {
-	if reflect.DeepEqual(want, got) {
-		return ""
-	}
-	w, _ := yaml.Marshal(want)
-	g, _ := yaml.Marshal(got)
-	return "base:\n" + indent(string(w)) + "chart:\n" + indent(string(g))
+// compare returns "" when the objects are equal, else each field that differs, by
+// path, with the base's value and the chart's.
+func compare(want, got any) string {
+	var b strings.Builder
+	diff(&b, "", want, got)
+	return b.String()
 }
 
-func indent(s string) string {
-	return "    " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n    ") + "\n"
+func diff(b *strings.Builder, path string, want, got any) {
+	switch w := want.(type) {
+	case map[string]any:
+		if g, ok := got.(map[string]any); ok {
+			keys := slices.Sorted(maps.Keys(w))
+			for k := range g {
+				if _, ok := w[k]; !ok {
+					keys = append(keys, k)
+				}
+			}
+			for _, k := range keys {
+				diff(b, path+"."+k, w[k], g[k])
+			}
+			return
+		}
+	case []any:
+		if g, ok := got.([]any); ok && len(g) == len(w) {
+			for i := range w {
+				diff(b, fmt.Sprintf("%s[%d]", path, i), w[i], g[i])
+			}
+			return
+		}
+	}
+	if !reflect.DeepEqual(want, got) {
+		fmt.Fprintf(b, "  %s: base %s, chart %s\n", path, show(want), show(got))
+	}
+}
+
+// show prints a value as JSON, or "absent".
+func show(v any) string {
+	if v == nil {
+		return "absent"
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(out)
 }
