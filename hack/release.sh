@@ -59,6 +59,15 @@ image=$(awk '$1 == "newName:" { print $2 }' manifests/kustomization.yaml)
 began=$SECONDS
 step() { echo "--- $* ($((SECONDS - began))s)" >&2; }
 
+# install.yaml and the packaged chart get VERSION whatever the checkout says, but
+# `kubectl apply -k ...?ref=VERSION` and the chart's default tag read these files at
+# the tag: they must name VERSION before it is tagged.
+base_tag=$(awk '$1 == "newTag:" { print $2 }' manifests/kustomization.yaml)
+app_version=$(awk '$1 == "appVersion:" { print $2 }' charts/attachdetach-controller/Chart.yaml)
+if [ "$base_tag" != "$version" ] || [ "$app_version" != "$version" ]; then
+	echo "hack/release.sh: warning: manifests/kustomization.yaml pins $base_tag and Chart.yaml's appVersion is $app_version, not $version; set both (and Chart.yaml's version) before tagging $version" >&2
+fi
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
