@@ -5,7 +5,9 @@
 #   attachdetach-controller_VERSION_linux_{amd64,arm64}     the controller
 #   kubectl-attachdetach_VERSION_{linux,darwin}_{amd64,arm64}.tar.gz,
 #   kubectl-attachdetach_VERSION_windows_{amd64,arm64}.zip  the kubectl plugin
-#                                           (kubectl-attachdetach[.exe] and LICENSE)
+#                                           (kubectl-attachdetach[.exe], LICENSE, and
+#                                           plugins/kubectl_complete-attachdetach
+#                                           if it exists, but on Windows)
 #   install.yaml                            manifests/ rendered, image pinned to VERSION
 #   attachdetach-controller-X.Y.Z.tgz       the Helm chart, version VERSION without v
 #   attachdetach.yaml                       the krew manifest, if plugins/attachdetach.yaml
@@ -45,6 +47,7 @@ for p in $platforms; do
 	[[ " $all_platforms " == *" $p "* ]] || { echo "hack/release.sh: unknown platform $p in RELEASE_PLATFORMS; known: $all_platforms" >&2; exit 2; }
 done
 krew_template=${KREW_TEMPLATE:-plugins/attachdetach.yaml}
+completion=plugins/kubectl_complete-attachdetach
 
 commit=$(git rev-parse HEAD)
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
@@ -85,16 +88,22 @@ for p in $platforms; do
 		cp "$work/$os-$arch/kubectl-attachdetach" "$out/attachdetach-controller_${version}_${os}_${arch}"
 	fi
 	cp LICENSE "$work/$os-$arch/"
+	files=(LICENSE "kubectl-attachdetach$exe")
+	# kubectl's completion hook for the plugin, a shell script: not for Windows.
+	if [ -f "$completion" ] && [ "$os" != windows ]; then
+		cp "$completion" "$work/$os-$arch/"
+		files+=("$(basename "$completion")")
+	fi
 	name=kubectl-attachdetach_${version}_${os}_${arch}
 	# Archives whose bytes depend only on the inputs: fixed order, owner and time.
 	touch -d "@$(git log -1 --format=%ct)" "$work/$os-$arch"/*
 	if [ "$os" = windows ]; then
 		command -v zip >/dev/null || { echo "hack/release.sh: zip is needed for the Windows archives (apt-get install zip)" >&2; exit 1; }
 		rm -f "$out/$name.zip"
-		(cd "$work/$os-$arch" && zip -q -X "$out/$name.zip" LICENSE "kubectl-attachdetach$exe")
+		(cd "$work/$os-$arch" && zip -q -X "$out/$name.zip" "${files[@]}")
 	else
 		tar -C "$work/$os-$arch" --sort=name --owner=0 --group=0 --numeric-owner \
-			-cf - LICENSE kubectl-attachdetach | gzip -n >"$out/$name.tar.gz"
+			-cf - "${files[@]}" | gzip -n >"$out/$name.tar.gz"
 	fi
 done
 

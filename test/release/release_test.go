@@ -31,6 +31,8 @@ import (
 )
 
 const (
+	// completion is kubectl's completion hook for the plugin, in plugins/.
+	completion   = "kubectl_complete-attachdetach"
 	version      = "v0.1.0-test.1"
 	chartVersion = "0.1.0-test.1"
 	// defaultPlatforms is what the test builds unless RELEASE_PLATFORMS says more:
@@ -86,7 +88,7 @@ func TestReleaseBuildsEveryArtifact(t *testing.T) {
 			mustExist(t, filepath.Join(out, archive))
 		} else {
 			archive += ".tar.gz"
-			checkPluginArchive(t, filepath.Join(out, archive))
+			checkPluginArchive(t, root, filepath.Join(out, archive))
 		}
 		if _, ok := sums[archive]; !ok {
 			t.Errorf("sha256sums.txt lacks %s", archive)
@@ -179,18 +181,23 @@ func checkBinary(t *testing.T, root, path string) {
 	}
 }
 
-// checkPluginArchive checks the archive holds exactly the plugin, executable, and
-// the LICENSE.
-func checkPluginArchive(t *testing.T, path string) {
+// checkPluginArchive checks the archive holds exactly the plugin, executable, the
+// LICENSE, and kubectl's completion hook where the repository has one.
+func checkPluginArchive(t *testing.T, root, path string) {
 	t.Helper()
+	want := []string{"LICENSE", "kubectl-attachdetach"}
+	if _, err := os.Stat(filepath.Join(root, "plugins", completion)); err == nil {
+		want = append(want, completion)
+	}
+	slices.Sort(want)
 	files := tarFiles(t, path)
 	var names []string
 	for name := range files {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"LICENSE", "kubectl-attachdetach"}) {
-		t.Errorf("%s holds %v, want LICENSE and kubectl-attachdetach", filepath.Base(path), names)
+	if !slices.Equal(names, want) {
+		t.Errorf("%s holds %v, want %v", filepath.Base(path), names, want)
 	}
 	if f, ok := files["kubectl-attachdetach"]; ok && f.mode&0o111 == 0 {
 		t.Errorf("kubectl-attachdetach in %s is not executable: mode %o", filepath.Base(path), f.mode)
