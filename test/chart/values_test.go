@@ -217,3 +217,18 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		})
 	}
 }
+
+// TestNoQuotaInKubeSystem: in kube-system the chart's ResourceQuota would cap every
+// pod of the priority class, not only the controller's, so helm refuses it there
+// and renders without it once it is turned off.
+func TestNoQuotaInKubeSystem(t *testing.T) {
+	_, err := run(t, helm, "template", release, chartDir, "--namespace", "kube-system")
+	if err == nil || !strings.Contains(err.Error(), "set resourceQuota.enabled=false there") {
+		t.Errorf("helm template into kube-system: %v, want a refusal naming resourceQuota.enabled", err)
+	}
+	for _, o := range helmTemplate(t, "--namespace", "kube-system", "--set", "resourceQuota.enabled=false") {
+		if o.GetKind() == "ResourceQuota" {
+			t.Errorf("resourceQuota.enabled=false renders ResourceQuota %s", o.GetName())
+		}
+	}
+}
