@@ -232,3 +232,15 @@ func TestNoQuotaInKubeSystem(t *testing.T) {
 		}
 	}
 }
+
+// TestNoReplicasWithoutLeaderElection: without leader election every replica acts,
+// so helm refuses more than one.
+func TestNoReplicasWithoutLeaderElection(t *testing.T) {
+	_, err := run(t, helm, "template", release, chartDir, "--set", "leaderElection.enabled=false")
+	if err == nil || !strings.Contains(err.Error(), "leaderElection.enabled=false with more than one replica") {
+		t.Errorf("helm template with two replicas and no leader election: %v, want a refusal", err)
+	}
+	if args := containerArgs(t, helmTemplate(t, "--set", "leaderElection.enabled=false,replicas=1")); !slices.Contains(args, "--leader-elect=false") {
+		t.Errorf("arguments %q lack --leader-elect=false", args)
+	}
+}
