@@ -234,11 +234,17 @@ func TestNoQuotaInKubeSystem(t *testing.T) {
 }
 
 // TestNoReplicasWithoutLeaderElection: without leader election every replica acts,
-// so helm refuses more than one.
+// so helm refuses more than one; shadow mode takes no Lease, so helm refuses it
+// with leader election on.
 func TestNoReplicasWithoutLeaderElection(t *testing.T) {
-	_, err := run(t, helm, "template", release, chartDir, "--set", "leaderElection.enabled=false")
-	if err == nil || !strings.Contains(err.Error(), "leaderElection.enabled=false with more than one replica") {
-		t.Errorf("helm template with two replicas and no leader election: %v, want a refusal", err)
+	for set, want := range map[string]string{
+		"leaderElection.enabled=false": "leaderElection.enabled=false with more than one replica",
+		"controller.shadow=true":       "controller.shadow=true writes nothing, not even a Lease",
+	} {
+		_, err := run(t, helm, "template", release, chartDir, "--set", set)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("helm template --set %s: %v, want a refusal saying %q", set, err, want)
+		}
 	}
 	if args := containerArgs(t, helmTemplate(t, "--set", "leaderElection.enabled=false,replicas=1")); !slices.Contains(args, "--leader-elect=false") {
 		t.Errorf("arguments %q lack --leader-elect=false", args)
