@@ -75,7 +75,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080",
-		"host:port of the HTTPS server for /healthz, /readyz, /livez, /metrics and /debug/explain, as the CSI sidecars name it. "+
+		"host:port of the HTTPS server for /healthz, /readyz, /metrics and /debug/explain, as the CSI sidecars name it. "+
 			"Every path but the probes needs a bearer token the API server accepts (TokenReview) and RBAC permission for the path (SubjectAccessReview: get, or put for PUT). Empty: no server.")
 	fs.BoolVar(&o.HTTPEndpointInsecure, "http-endpoint-insecure", false,
 		"Serve --http-endpoint over plain HTTP with no authentication and no authorization: anyone who reaches it reads /metrics and /debug/explain "+
