@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
@@ -130,11 +132,13 @@ func boundToken(t *testing.T, account, clusterRole, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binding := clusterRole + "-" + account
-	_, stderr, err := kubectl(t.Context(), "create", "clusterrolebinding", binding, "--clusterrole="+clusterRole,
-		"--serviceaccount="+controllerNamespace+":"+account)
-	if err != nil && !strings.Contains(stderr, "AlreadyExists") {
-		t.Fatal(err)
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterRole + "-" + account},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: controllerNamespace, Name: account}},
+	}
+	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(t.Context(), binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("binding %s to %s: %v", clusterRole, account, err)
 	}
 	user := testenv.ServiceAccountUser(controllerNamespace, account)
 	suite.EventuallySucceeds(t, operationTimeout, user+" to be allowed get on "+path, func() error {
