@@ -160,6 +160,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.Registry.MustRegister(buildInfo())
 	return m
 }
 
