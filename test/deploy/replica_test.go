@@ -3,6 +3,7 @@ package deploy
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -76,8 +77,11 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 		Kubeconfig:  kubeconfig,
 		LogFile:     filepath.Join(dir, name+".log"),
 		LeaderElect: o.lease != "",
-		Verbosity:   2,
-		Args:        args,
+		// HTTPS, every path but the probes reviewed by the API server, as
+		// deployed.
+		SecureHTTP: true,
+		Verbosity:  2,
+		Args:       args,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -154,20 +158,32 @@ func (r *replica) waitStandby() {
 	r.waitLog(`"Another replica leads"`)
 }
 
-// get requests a path of the replica's HTTP server and returns the status code and
-// the body.
+// get requests a path of the replica's HTTPS server without a token and returns
+// the status code and the body.
 func (r *replica) get(path string) (int, []byte) {
+	r.t.Helper()
+	return r.request(http.MethodGet, path, "")
+}
+
+// request sends a request for a path of the replica's HTTPS server, with the
+// bearer token unless it is empty, and returns the status code and the body. The
+// replica's certificate is self-signed, as by default in a pod: it is not checked.
+func (r *replica) request(method, path, token string) (int, []byte) {
 	r.t.Helper()
 	addr := r.waitLog(`"Serving probes and metrics" address="([^"]+)"`)
 	ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, nil)
 	if err != nil {
 		r.t.Fatalf("request for %s: %v", path, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Do(req)
 	if err != nil {
-		r.t.Fatalf("getting %s of replica %s: %v", path, r.name, err)
+		r.t.Fatalf("%s %s of replica %s: %v", method, path, r.name, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -180,7 +196,7 @@ func (r *replica) get(path string) (int, []byte) {
 // leaderGauge reads attachdetach_controller_leader from the replica's /metrics.
 func (r *replica) leaderGauge() float64 {
 	r.t.Helper()
-	code, body := r.get("/metrics")
+	code, body := r.request(http.MethodGet, "/metrics", metricsReaderToken(r.t))
 	if code != http.StatusOK {
 		r.t.Fatalf("replica %s answered /metrics with %d", r.name, code)
 	}

@@ -54,6 +54,13 @@ whatever number type the values arrived as.
 - --leader-elect={{ .Values.leaderElection.enabled }}
 - --leader-elect-resource-namespace=$(POD_NAMESPACE)
 - --http-endpoint=:{{ int64 .Values.httpPort }}
+{{- if .Values.httpEndpoint.insecure }}
+- --http-endpoint-insecure
+{{- end }}
+{{- if .Values.httpEndpoint.tlsSecretName }}
+- --tls-cert-file=/etc/attachdetach-controller/tls/tls.crt
+- --tls-private-key-file=/etc/attachdetach-controller/tls/tls.key
+{{- end }}
 - --v={{ int64 .Values.logging.verbosity }}
 {{- with .Values.logging.format }}
 - --logging-format={{ . }}
