@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -132,6 +133,7 @@ func (c *Controller) reconcileAttachments(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
 	}
+	interleave.At(ctx, "resync-attachments-listed", "")
 	recorded := c.actual.ObjectNames()
 	inInformer := make(map[string]bool, len(vas))
 	for _, va := range vas {

@@ -123,16 +123,20 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	trace := simtrace.New(*traceFlag)
 	shared.Store(trace)
 	mounts := simworld.NewMounts()
-	checker := simcheck.New(p.opts.MaxWaitForUnmount, p.maxDelay, mounts, func(v string) { trace.Addf("%s", v) })
+	checker := simcheck.New(simcheck.Rules{
+		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
+		NeverForce:            func(volume string) bool { return p.neverForce && strings.HasPrefix(volume, "kubernetes.io/csi/"+simworld.Driver+"^") },
+		DetachOnShutdownTaint: p.opts.DetachOnShutdownTaint,
+	}, mounts, func(v string) { trace.Addf("%s", v) })
 	store := fakeapi.NewStore(func(r fakeapi.Reader, w fakeapi.Write) {
 		trace.Addf("write: %s", describeWrite(w))
 		checker.Observe(r, w)
 	})
-	trace.Addf("seed %d: %d nodes, %d volumes, changes for %s, request faults %.2f (crashes %.2f), event delays %.2f (up to %s), watch resumes %.2f, expiries %.2f, attach/detach failures %.1f/%.1f, kills at %v",
-		seed, p.nodes, p.volumes, p.workload, p.requestFaults, p.crashes, p.delayEvents, p.maxEventDelay, p.resumeWatch, p.expireWatch, p.attachFailure, p.detachFailure, p.kills)
+	trace.Addf("seed %d: %s", seed, p.describe())
 	world := simworld.New(store, mounts, rng, simworld.Config{
 		Nodes: p.nodes, Volumes: p.volumes,
 		AttachFailure: p.attachFailure, DetachFailure: p.detachFailure, SlowAttach: p.slowAttach,
+		Copies: p.copies,
 		Settle: synctest.Wait,
 		Logf:   trace.Addf,
 	})

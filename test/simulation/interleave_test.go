@@ -1,0 +1,53 @@
+package simulation
+
+import (
+	"runtime"
+	"sync"
+	"time"
+)
+
+// longPoints are the meeting points where a long pause finds races the reviews
+// found: between the periodic pass's list of VolumeAttachments and its read of
+// the recorded ones, and between the deletes of one detach.
+var longPoints = map[string]bool{"resync-attachments-listed": true, "detach-delete": true}
+
+// scheduler orders one incarnation's goroutines at their meeting points (package
+// interleave). A goroutine there yields or sleeps for a time drawn from the seed,
+// the point, the item and how often that item reached that point: as simulated
+// time advances only once every goroutine is blocked, goroutines that sleep wake
+// one at a time, in an order the seed chose, and the world's steps fall between
+// them. A long sleep opens a window for whatever else runs meanwhile.
+type scheduler struct {
+	p           *plan
+	incarnation int
+
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func newScheduler(p *plan, incarnation int) *scheduler {
+	return &scheduler{p: p, incarnation: incarnation, count: map[string]int{}}
+}
+
+func (s *scheduler) At(point, id string) {
+	s.mu.Lock()
+	key := point + "\x00" + id
+	s.count[key]++
+	n := s.count[key]
+	s.mu.Unlock()
+	rng := s.p.rng("meet", s.incarnation, point, id, n)
+	if rng.Float64() >= s.p.stir {
+		runtime.Gosched()
+		return
+	}
+	// Distinct wake-up times, a few microseconds apart, order the sleepers.
+	pause := time.Duration(1 + rng.Int64N(int64(50*time.Microsecond)))
+	long := s.p.long
+	if longPoints[point] {
+		long *= 5
+	}
+	if rng.Float64() < long {
+		pause = time.Duration(rng.Int64N(int64(5 * time.Second)))
+	}
+	time.Sleep(pause)
+}
