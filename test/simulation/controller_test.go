@@ -37,7 +37,7 @@ type controllers struct {
 	// lingering are the incarnations that lost their lease, fenced at the end.
 	lingering []*incarnation
 	stopped   bool
-	running sync.WaitGroup
+	running   sync.WaitGroup
 }
 
 type incarnation struct {

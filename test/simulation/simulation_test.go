@@ -125,7 +125,9 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	mounts := simworld.NewMounts()
 	checker := simcheck.New(simcheck.Rules{
 		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
-		NeverForce:            func(volume string) bool { return p.neverForce && strings.HasPrefix(volume, "kubernetes.io/csi/"+simworld.Driver+"^") },
+		NeverForce: func(volume string) bool {
+			return p.neverForce && strings.HasPrefix(volume, "kubernetes.io/csi/"+simworld.Driver+"^")
+		},
 		DetachOnShutdownTaint: p.opts.DetachOnShutdownTaint,
 	}, mounts, func(v string) { trace.Addf("%s", v) })
 	store := fakeapi.NewStore(func(r fakeapi.Reader, w fakeapi.Write) {
