@@ -420,15 +420,24 @@ func singleAttachReportOnly(r fakeapi.Reader) map[string]string {
 // existing managed node attached there (a CSI volume's VolumeAttachment attached
 // and not being deleted) and listed in the node's status.volumesAttached, and no
 // other VolumeAttachment (but copies another tool made of a needed one) or
-// volumesAttached entry.
-func Converged(r fakeapi.Reader) []string {
+// volumesAttached entry. A volume never force-detached (neverForce) whose
+// VolumeAttachment is on a node that no longer exists is stuck there, and left
+// out: nothing reports that it was unmounted.
+func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 	var diffs []string
 	want := map[string]simworld.NodeVolume{} // VolumeAttachment name → node and volume
 	listed := map[string]map[string]bool{}   // node → volumes it must list
 	wanted := simworld.Wanted(r)
+	stuck := map[string]bool{}
+	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
+		vol, _ := attachmentVolume(r, va)
+		if _, exists := fakeapi.Get[*corev1.Node](r, "", va.Spec.NodeName); !exists && neverForce(vol) {
+			stuck[vol] = true
+		}
+	}
 	for nv, v := range wanted {
 		node, ok := fakeapi.Get[*corev1.Node](r, "", nv.Node)
-		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" {
+		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" || stuck[nv.Volume] {
 			continue
 		}
 		if !v.ReportOnly() {
@@ -456,12 +465,13 @@ func Converged(r fakeapi.Reader) []string {
 		if _, needed := wanted[simworld.NodeVolume{Node: va.Spec.NodeName, Volume: vol}]; needed && simworld.IsCopy(va) {
 			continue
 		}
-		if _, ok := want[va.Name]; !ok {
+		if _, ok := want[va.Name]; !ok && !stuck[vol] {
 			diffs = append(diffs, fmt.Sprintf("VolumeAttachment %s (node %s) remains though nothing needs it", va.Name, va.Spec.NodeName))
 		}
 	}
 	for _, node := range fakeapi.List[*corev1.Node](r) {
 		got := attachedVolumes(node)
+		maps.DeleteFunc(got, func(v string, _ bool) bool { return stuck[v] })
 		if !maps.Equal(got, listed[node.Name]) && (len(got) > 0 || len(listed[node.Name]) > 0) {
 			diffs = append(diffs, fmt.Sprintf("node %s lists volumesAttached %v, want %v", node.Name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(listed[node.Name]))))
 		}

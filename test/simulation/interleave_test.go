@@ -1,7 +1,6 @@
 package simulation
 
 import (
-	"runtime"
 	"sync"
 	"time"
 )
@@ -36,12 +35,11 @@ func (s *scheduler) At(point, id string) {
 	n := s.count[key]
 	s.mu.Unlock()
 	rng := s.p.rng("meet", s.incarnation, point, id, n)
-	if rng.Float64() >= s.p.stir {
-		runtime.Gosched()
-		return
-	}
-	// Distinct wake-up times, a few microseconds apart, order the sleepers.
+	// Distinct wake-up times, microseconds apart, order the sleepers.
 	pause := time.Duration(1 + rng.Int64N(int64(50*time.Microsecond)))
+	if rng.Float64() < s.p.stir {
+		pause += time.Duration(rng.Int64N(int64(100 * time.Millisecond)))
+	}
 	long := s.p.long
 	if longPoints[point] {
 		long *= 5

@@ -113,6 +113,11 @@ func newPlan(seed uint64, rng *rand.Rand) *plan {
 	return p
 }
 
+// neverForced tells whether the volume is never force-detached on the timeout.
+func (p *plan) neverForced(volume string) bool {
+	return p.neverForce && strings.HasPrefix(volume, "kubernetes.io/csi/"+simworld.Driver+"^")
+}
+
 // describe is the trace's line about the plan.
 func (p *plan) describe() string {
 	var settings []string

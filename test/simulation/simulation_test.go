@@ -125,9 +125,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	mounts := simworld.NewMounts()
 	checker := simcheck.New(simcheck.Rules{
 		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
-		NeverForce: func(volume string) bool {
-			return p.neverForce && strings.HasPrefix(volume, "kubernetes.io/csi/"+simworld.Driver+"^")
-		},
+		NeverForce:            p.neverForced,
 		DetachOnShutdownTaint: p.opts.DetachOnShutdownTaint,
 	}, mounts, func(v string) { trace.Addf("%s", v) })
 	store := fakeapi.NewStore(func(r fakeapi.Reader, w fakeapi.Write) {
@@ -159,7 +157,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		world.StopChanges()
 		p.faultsOn.Store(false)
 		trace.Addf("faults stop")
-		diffs = converge(world, store, cs, failed)
+		diffs = converge(world, store, cs, p, failed)
 	}
 	cs.stop()
 	var state string
@@ -180,14 +178,14 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 
 // converge lets the world run until the API is in the converged state at two
 // checks 5 s apart, and returns what still differs if it is not by the deadline.
-func converge(world *simworld.World, store *fakeapi.Store, cs *controllers, failed func() bool) []string {
+func converge(world *simworld.World, store *fakeapi.Store, cs *controllers, p *plan, failed func() bool) []string {
 	deadline := time.Now().Add(convergeWithin)
 	var diffs []string
 	streak := 0
 	for time.Now().Before(deadline) && !failed() {
 		cs.start()
 		world.RunUntil(time.Now().Add(5 * time.Second))
-		store.Read(func(r fakeapi.Reader) { diffs = simcheck.Converged(r) })
+		store.Read(func(r fakeapi.Reader) { diffs = simcheck.Converged(r, p.neverForced) })
 		if len(diffs) > 0 {
 			streak = 0
 			continue
