@@ -80,7 +80,7 @@ func runSeeds(t *testing.T, first, count int64) {
 				// Simulated time stops if a goroutine waits on a mutex held by one
 				// that sleeps: nothing in the bubble can end the seed then.
 				debug.SetTraceback("all")
-				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
+				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
 					seed, *stallFlag, trace.Load(), seed))
 			})
 			defer watchdog.Stop()
@@ -89,7 +89,7 @@ func runSeeds(t *testing.T, first, count int64) {
 				// blocked once the seed ended: something the controller started
 				// was never stopped.
 				if r := recover(); r != nil {
-					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
+					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
 						seed, r, *traceFlag, trace.Load(), leftovers(), seed)
 				}
 			}()
@@ -171,7 +171,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		if len(diffs) > 0 {
 			fmt.Fprintf(&b, "CONVERGENCE: not converged %s after changes stopped:\n  %s\n", convergeWithin, strings.Join(diffs, "\n  "))
 		}
-		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
+		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
 			seed, b.String(), *traceFlag, trace.String(), state, seed)
 	}
 }
