@@ -4,6 +4,10 @@
 // choose, at each point, when the goroutine that reached it goes on, and so the
 // order in which goroutines run there. Without one, as in production, a meeting
 // point costs one atomic load.
+//
+// A meeting point must not be inside a critical section: the simulation's
+// scheduler pauses the goroutine in simulated time, which advances only while
+// every goroutine is durably blocked, and a goroutine waiting on a mutex is not.
 package interleave
 
 import (
