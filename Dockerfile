@@ -2,10 +2,11 @@
 #
 # Image of the standalone attach/detach controller.
 #
-#   docker build --build-arg VERSION=v0.1.0 \
+#   docker build --build-arg VERSION=v0.1.0 --build-arg GIT_COMMIT=$(git rev-parse HEAD) \
 #     -t ghcr.io/attachdetach-controller/attachdetach-controller:v0.1.0 .
 #
 # Multi-platform: docker buildx build --platform linux/amd64,linux/arm64 ...
+# (hack/release.sh does, where buildx works).
 # The builder always runs on the build machine's platform and cross-compiles,
 # which is fast and needs no emulation (the binary is pure Go, CGO_ENABLED=0).
 
@@ -23,11 +24,14 @@ COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH
 ARG VERSION=dev
+# The build context has no .git to stamp the commit from; without the argument the
+# binary reports commit "unknown".
+ARG GIT_COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath \
-      -ldflags "-s -w -X github.com/attachdetach-controller/attachdetach-controller/pkg/version.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/attachdetach-controller/attachdetach-controller/pkg/version.Version=${VERSION} -X github.com/attachdetach-controller/attachdetach-controller/pkg/version.GitCommit=${GIT_COMMIT}" \
       -o /out/attachdetach-controller \
       ./cmd/attachdetach-controller
 

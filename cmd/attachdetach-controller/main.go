@@ -1,7 +1,7 @@
 // Command attachdetach-controller attaches and detaches volumes in place of the
-// attach/detach loop of kube-controller-manager. Its explain subcommand (also
-// installed as the kubectl plugin kubectl-attachdetach) tells why a volume is, or
-// is not, attached.
+// attach/detach loop of kube-controller-manager. Its explain command (also
+// installed as the kubectl plugin kubectl-attachdetach, `kubectl attachdetach
+// explain`) tells why a volume is, or is not, attached.
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -26,13 +27,10 @@ import (
 // from decoding watch events. GOGC in the environment overrides it.
 const defaultGCPercent = 50
 
-// pluginName is the binary's name as a kubectl plugin: kubectl attachdetach ...
-const pluginName = "kubectl-attachdetach"
-
 func main() {
 	args := os.Args[1:]
-	if filepath.Base(os.Args[0]) == pluginName || (len(args) > 0 && args[0] == "explain") {
-		os.Exit(explainMain(args))
+	if displayName, pluginArgs, ok := pluginInvocation(os.Args[0], args); ok {
+		os.Exit(pluginMain(displayName, pluginArgs))
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
@@ -49,6 +47,10 @@ func main() {
 		fmt.Println(version.String())
 		return
 	}
+	if err := app.ApplyLogging(opts); err != nil {
+		fmt.Fprintln(os.Stderr, "attachdetach-controller:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
@@ -61,26 +63,31 @@ func main() {
 	}
 }
 
-// explainMain runs the explain command, the one subcommand, also reached as
-// kubectl plugin.
-func explainMain(args []string) int {
-	if len(args) == 0 || args[0] != "explain" {
-		fmt.Fprintln(os.Stderr, "usage: kubectl attachdetach explain (pod|pvc|pv|node|volumeattachment)/NAME [-n NAMESPACE] [-o text|json|yaml]")
-		return 2
+// pluginInvocation tells whether the command line is the plugin's: the binary
+// run by kubectl as its plugin, or `attachdetach-controller explain` (and
+// `options`, which explain's help points to).
+// It returns the command as the user typed it, for help and errors, and the
+// arguments of that command.
+func pluginInvocation(argv0 string, args []string) (displayName string, pluginArgs []string, ok bool) {
+	binary := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	switch {
+	case binary == app.PluginName:
+		return "kubectl attachdetach", args, true
+	case len(args) > 0 && (args[0] == "explain" || args[0] == "options"):
+		return binary, args, true
 	}
-	opts, err := app.ParseExplainFlags(args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "explain:", err)
-		return 2
-	}
+	return "", nil, false
+}
+
+// pluginMain runs the explain command and returns its exit status.
+func pluginMain(displayName string, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := app.RunExplain(ctx, opts, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "explain:", err)
-		return 1
+	cmd := app.NewPluginCommand(displayName, os.Stdout, os.Stderr)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
 	}
-	return 0
+	return app.ExitCode(err)
 }

@@ -63,3 +63,27 @@ func TestPromQLParserIsPromtools(t *testing.T) {
 		t.Errorf("go.mod requires github.com/prometheus/prometheus %s, hack/tools/versions pins %s", got, v.Prometheus)
 	}
 }
+
+// TestControllerReportsTheCheckoutsCommit: the controller the suites and hack/run.sh
+// run says which commit it was built from.
+func TestControllerReportsTheCheckoutsCommit(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, ok := headCommit(t.Context(), root)
+	if !ok {
+		t.Skip("git cannot tell the commit of this copy of the sources")
+	}
+	bin, err := Controller(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(t.Context(), bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	if !strings.Contains(string(out), "commit "+head) {
+		t.Errorf("%s --version = %q, want the commit %s in it", bin, out, head)
+	}
+}

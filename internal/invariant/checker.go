@@ -283,7 +283,7 @@ func (c *Checker) apply(s *stream, typ watch.EventType, obj runtime.Object, init
 			c.pvs[name] = h
 		}
 		pv := obj.(*corev1.PersistentVolume)
-		h.add(pvVersion{rv: rv, exists: exists, facts: volumeFacts{uniqueName: uniqueName(pv), singleAttach: singleAttach(pv.Spec.AccessModes)}})
+		h.add(pvVersion{rv: rv, exists: exists, facts: factsOf(pv)})
 	case attachmentKind:
 		c.applyAttachment(name, rv, obj.(*storagev1.VolumeAttachment), exists, initial)
 	}

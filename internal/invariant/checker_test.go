@@ -37,12 +37,17 @@ func startChecker(t *testing.T) *Checker {
 
 func createPV(t *testing.T, name string, modes ...corev1.PersistentVolumeAccessMode) {
 	t.Helper()
+	createPVFrom(t, name, corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: name}}, modes...)
+}
+
+func createPVFrom(t *testing.T, name string, source corev1.PersistentVolumeSource, modes ...corev1.PersistentVolumeAccessMode) {
+	t.Helper()
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
 			AccessModes:            modes,
 			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: name}},
+			PersistentVolumeSource: source,
 		},
 	}
 	if _, err := env.Client.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
@@ -182,6 +187,31 @@ func TestMultiAttach(t *testing.T) {
 			createAttachment(t, pv+"-a", pv, "node-a", "test/keep")
 			createAttachment(t, pv+"-a2", pv, "node-a")
 			deleteAttachment(t, pv+"-a")
+			createAttachment(t, pv+"-b", pv, "node-b")
+			wantViolations(t, c, tc.violations, "PV "+pv)
+		})
+	}
+}
+
+// A migrated in-tree PV is single-attach by its translated access modes: a
+// gcePersistentDisk marked ReadWriteMany, or ReadWriteOnce with ReadOnlyMany, is
+// ReadWriteOnce once translated, and kube-controller-manager keeps it on one node.
+func TestMultiAttachMigratedPVIsJudgedOnItsTranslation(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		modes      []corev1.PersistentVolumeAccessMode
+		readOnly   bool
+		violations int
+	}{
+		{name: "rwx", modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, violations: 1},
+		{name: "rwo-rox", modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}, violations: 1},
+		{name: "ro-rox", modes: []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}, readOnly: true, violations: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startChecker(t)
+			pv := "gce-" + tc.name
+			createPVFrom(t, pv, corev1.PersistentVolumeSource{GCEPersistentDisk: &corev1.GCEPersistentDiskVolumeSource{PDName: pv, ReadOnly: tc.readOnly}}, tc.modes...)
+			createAttachment(t, pv+"-a", pv, "node-a")
 			createAttachment(t, pv+"-b", pv, "node-b")
 			wantViolations(t, c, tc.violations, "PV "+pv)
 		})

@@ -49,17 +49,24 @@ func attachmentOf(va *storagev1.VolumeAttachment) attachment {
 		a.volume.pv = *src.PersistentVolumeName
 	case src.InlineVolumeSpec != nil:
 		pv := &corev1.PersistentVolume{Spec: *src.InlineVolumeSpec}
-		a.volume.inline = &volumeFacts{uniqueName: uniqueName(pv), singleAttach: singleAttach(pv.Spec.AccessModes)}
+		facts := factsOf(pv)
+		a.volume.inline = &facts
 	}
 	return a
 }
 
-func uniqueName(pv *corev1.PersistentVolume) string {
-	src := sim.CSISource(pv)
-	if src == nil {
-		return ""
+// factsOf judges a PersistentVolume, or an inline volume's spec, as the
+// controller must: a migrated in-tree volume by its translation, whose access
+// modes may differ from its own.
+func factsOf(pv *corev1.PersistentVolume) volumeFacts {
+	csi := sim.AsCSI(pv)
+	if csi == nil {
+		return volumeFacts{}
 	}
-	return sim.UniqueVolumeName(src.Driver, src.VolumeHandle)
+	return volumeFacts{
+		uniqueName:   sim.UniqueVolumeName(csi.Spec.CSI.Driver, csi.Spec.CSI.VolumeHandle),
+		singleAttach: singleAttach(csi.Spec.AccessModes),
+	}
 }
 
 // singleAttach tells whether access modes allow attaching to one node only. Volumes

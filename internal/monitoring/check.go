@@ -15,8 +15,13 @@ import (
 )
 
 // TargetLabels are the labels Prometheus adds to every series it scrapes, which
-// a /metrics page therefore never shows.
-var TargetLabels = []string{"job", "instance"}
+// a /metrics page therefore never shows: the target's, and the cluster a
+// Prometheus that scrapes several clusters tells them apart by.
+var TargetLabels = []string{"job", "instance", "cluster"}
+
+// upMetric is the series Prometheus writes for each target, up or not, with
+// the target labels only.
+const upMetric = "up"
 
 // Scrape is what a /metrics page exports: for each series name (a histogram's
 // name_bucket, name_sum and name_count apart), its label names, each with the
@@ -122,6 +127,14 @@ func (s Scrape) Check(expr string) error {
 
 func (s Scrape) checkSelector(v *parser.VectorSelector) error {
 	name := v.Name
+	if name == upMetric {
+		for _, m := range v.LabelMatchers {
+			if m.Name != labels.MetricName && !slices.Contains(TargetLabels, m.Name) {
+				return fmt.Errorf("%s has no label %s (it has the target labels %v)", name, m.Name, TargetLabels)
+			}
+		}
+		return nil
+	}
 	if s[name] == nil {
 		return fmt.Errorf("metric %s is not exported", name)
 	}

@@ -1,6 +1,6 @@
 // Package monitoring reads what the repository ships for Prometheus and Grafana
-// (manifests/monitoring/rules.yaml, the PrometheusRule of the
-// manifests/components/prometheus-rules component and
+// (manifests/monitoring/rules.yaml with its promtool test rules_test.yaml, the
+// PrometheusRule of the manifests/components/prometheus-rules component and
 // manifests/monitoring/dashboard.json) and checks their expressions against a
 // scrape of the controller's /metrics: every metric an expression selects must be
 // exported, and every label it matches on, groups by or joins on must be one of
@@ -20,9 +20,24 @@ import (
 // Paths of the files, from the repository's root.
 const (
 	RulesFile          = "manifests/monitoring/rules.yaml"
+	RulesTestFile      = "manifests/monitoring/rules_test.yaml"
 	PrometheusRuleFile = "manifests/components/prometheus-rules/prometheusrule.yaml"
 	DashboardFile      = "manifests/monitoring/dashboard.json"
+	RunbooksFile       = "docs/runbooks.md"
 )
+
+// Job is the scrape job every selector of the rules names, as the matcher
+// JobSelector: the one token to replace for a job of another name.
+const (
+	Job         = "attachdetach-controller"
+	JobSelector = `job="` + Job + `"`
+)
+
+// RunbookURL is the runbook_url of an alert: its section of RunbooksFile, by
+// the anchor GitHub gives the heading "## <alert>".
+func RunbookURL(alert string) string {
+	return "https://github.com/attachdetach-controller/attachdetach-controller/blob/main/" + RunbooksFile + "#" + strings.ToLower(alert)
+}
 
 // RuleGroups is the content of a Prometheus rules file, and the spec of a
 // PrometheusRule.
@@ -75,6 +90,34 @@ func ReadPrometheusRule(root string) (RuleGroups, error) {
 		return RuleGroups{}, fmt.Errorf("%s: kind %q, want PrometheusRule", path, obj.Kind)
 	}
 	return obj.Spec, nil
+}
+
+// RulesTest is the part of a promtool rules test file that says which alerts
+// each test expects.
+type RulesTest struct {
+	RuleFiles []string `json:"rule_files"`
+	Tests     []struct {
+		Name           string `json:"name"`
+		AlertRuleTests []struct {
+			EvalTime  string `json:"eval_time"`
+			AlertName string `json:"alertname"`
+			ExpAlerts []any  `json:"exp_alerts"`
+		} `json:"alert_rule_test"`
+	} `json:"tests"`
+}
+
+// ReadRulesTest reads RulesTestFile under root, keeping what RulesTest holds.
+func ReadRulesTest(root string) (RulesTest, error) {
+	path := filepath.Join(root, RulesTestFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return RulesTest{}, err
+	}
+	var t RulesTest
+	if err := yaml.Unmarshal(data, &t); err != nil {
+		return RulesTest{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
 }
 
 func readYAML(path string, into any) error {

@@ -45,8 +45,19 @@ var translator = csitranslation.New()
 // CSISource returns the CSI source of a PersistentVolume, translating an in-tree
 // source that has a CSI migration; nil for anything else.
 func CSISource(pv *corev1.PersistentVolume) *corev1.CSIPersistentVolumeSource {
+	if csi := AsCSI(pv); csi != nil {
+		return csi.Spec.CSI
+	}
+	return nil
+}
+
+// AsCSI returns the PersistentVolume as the attach/detach controller judges it: a
+// CSI one as it is, an in-tree one that has a CSI migration as csi-translation-lib
+// translates it (its access modes may differ: a gcePersistentDisk marked
+// ReadWriteMany becomes ReadWriteOnce); nil for anything else.
+func AsCSI(pv *corev1.PersistentVolume) *corev1.PersistentVolume {
 	if pv.Spec.CSI != nil {
-		return pv.Spec.CSI
+		return pv
 	}
 	if !translator.IsPVMigratable(pv) {
 		return nil
@@ -55,7 +66,7 @@ func CSISource(pv *corev1.PersistentVolume) *corev1.CSIPersistentVolumeSource {
 	if err != nil || translated.Spec.CSI == nil {
 		return nil
 	}
-	return translated.Spec.CSI
+	return translated
 }
 
 // podVolume is a volume a pod uses that may need attaching: a CSI volume of

@@ -275,6 +275,20 @@ func (s *ActualState) ObserveUnresolved(u UnresolvedAttachment) (nodeStatusChang
 	return nodeStatusChanged
 }
 
+// UnresolvedOnNode returns, sorted, the unidentified VolumeAttachments of the node.
+func (s *ActualState) UnresolvedOnNode(node string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for name, u := range s.unresolved {
+		if u.Node == node {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // UnresolvedForPV returns the unidentified VolumeAttachments that name the PV.
 func (s *ActualState) UnresolvedForPV(pvName string) []string {
 	s.mu.RLock()

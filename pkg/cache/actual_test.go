@@ -355,6 +355,9 @@ func TestUnresolvedAttachments(t *testing.T) {
 	if total, attached := s.Counts(); total != 3 || attached != 0 {
 		t.Errorf("Counts() = %d, %d, want 3, 0", total, attached)
 	}
+	if got, want := s.UnresolvedOnNode("node-2"), []string{"va-2"}; !slices.Equal(got, want) {
+		t.Errorf("UnresolvedOnNode(node-2) = %q, want %q", got, want)
+	}
 
 	s.Observe(cache.Observation{Volume: volA.Name, Node: "node-1", VolumeAttachment: "va-1", Attached: true})
 	if got, want := s.UnresolvedForPV("pv-a"), []string{"va-2"}; !slices.Equal(got, want) {

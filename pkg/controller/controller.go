@@ -11,9 +11,9 @@
 //   - the leader election Lease, by the command around it.
 //
 // Besides those it reads the API server directly only to settle what the
-// informers cannot: the start-up check that the VolumeAttachment informer is
-// current, a node's status before a detach, and an object after a write of unknown
-// outcome. Its own writes come back to it through the informers like anyone
+// informers cannot: the start-up check that the VolumeAttachment and node
+// informers are current, a node's status before a detach, and an object after a
+// write of unknown outcome. Its own writes come back to it through the informers like anyone
 // else's; state that a write changes is recorded from the informer, or, where the
 // write's answer comes first, in a way the informer's later delivery agrees with.
 package controller
@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -147,6 +149,13 @@ type Controller struct {
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
 	metrics    *metrics.Metrics
+	// nodesMu and attachmentsMu keep the node and VolumeAttachment event
+	// handlers out while the periodic pass compares (see rebuild.go).
+	nodesMu       sync.Mutex
+	attachmentsMu sync.Mutex
+	// deletedNodes holds the deleted nodes to forget (see forget.go).
+	deletedNodes  workqueue.TypedRateLimitingInterface[string]
+	backoffExpiry time.Duration
 }
 
 // Clients are the API clients the controller writes with.
@@ -181,6 +190,14 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		actual:    cache.NewActualState(),
 		nodes:     cache.NewNodes(),
 		metrics:   m,
+
+		deletedNodes:  newDeletedNodesQueue(),
+		backoffExpiry: backoffExpiryPeriod,
+	}
+	if opts.Shadow {
+		for _, e := range shadow.Expectations {
+			m.ExportShadowComparisons(string(e))
+		}
 	}
 	events := podevents.NewEmitter(recorder)
 	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
@@ -267,13 +284,14 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	defer c.populator.ShutDown()
 	defer c.reconciler.ShutDown()
 	defer c.status.ShutDown()
+	defer c.deletedNodes.ShutDown()
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
 	}
-	if err := c.waitForCurrentVolumeAttachments(ctx); err != nil {
+	if err := c.waitForCurrentInformers(ctx); err != nil {
 		return err
 	}
 	started := time.Now()
@@ -285,6 +303,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	onReady()
+	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
 	if c.opts.Shadow {
 		compare := shadow.New(logger, c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
@@ -313,7 +332,8 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 
 // resync is the periodic safety pass: it brings the node register and the actual
 // state in line with the informers, so that an event lost on the way costs at most
-// one period, re-evaluates every pod, and re-queues every volume and node.
+// one period, re-evaluates every pod, and re-queues every volume and node. Nothing
+// needed for progress or bounded memory waits for it: it may be off.
 func (c *Controller) resync(ctx context.Context) {
 	if err := c.reconcileNodes(); err != nil {
 		klog.FromContext(ctx).Error(err, "Periodic check of the node register failed")
@@ -328,7 +348,6 @@ func (c *Controller) resync(ctx context.Context) {
 	for _, key := range keys {
 		c.populator.Enqueue(key)
 	}
-	c.executor.ForgetExpired()
 	c.enqueueEverything()
 }
 

@@ -502,27 +502,35 @@ func TestRebuildReportOnlyVolumesFromNodeStatus(t *testing.T) {
 	}
 }
 
-func TestWaitForCurrentVolumeAttachments(t *testing.T) {
+func TestWaitForCurrentInformers(t *testing.T) {
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	atVersion := func(rv string) *v1.Node {
+		n := node("node-a", nil, nil)
+		n.ResourceVersion = rv
+		return n
+	}
 	tests := []struct {
 		name     string
-		informer bool
+		server   []runtime.Object
+		informer []runtime.Object
 		wantErr  bool
 	}{
-		{"informer holds every object", true, false},
-		{"informer behind the server", false, true},
+		{"informer holds every object", []runtime.Object{va, atVersion("7")}, []runtime.Object{va, atVersion("7")}, false},
+		{"informer lacks a VolumeAttachment", []runtime.Object{va}, nil, true},
+		{"informer lacks a node", []runtime.Object{atVersion("7")}, nil, true},
+		{"informer holds an older version of a node", []runtime.Object{atVersion("7")}, []runtime.Object{atVersion("6")}, true},
+		{"informer holds a newer version of a node", []runtime.Object{atVersion("7")}, []runtime.Object{atVersion("10")}, false},
+		{"informer holds a node deleted since", nil, []runtime.Object{atVersion("7")}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newTestController(t, va)
-			if tc.informer {
-				addToInformers(t, c, va)
-			}
+			c := newTestController(t, tc.server...)
+			addToInformers(t, c, tc.informer...)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			err := c.waitForCurrentVolumeAttachments(ctx)
+			err := c.waitForCurrentInformers(ctx)
 			if (err != nil) != tc.wantErr {
-				t.Errorf("waitForCurrentVolumeAttachments() = %v, want error %v", err, tc.wantErr)
+				t.Errorf("waitForCurrentInformers() = %v, want error %v", err, tc.wantErr)
 			}
 		})
 	}

@@ -164,8 +164,14 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.Informe
 			UpdateFunc: func(_, obj any) { c.onCSINode(obj) },
 		}},
 		{c.informers.nodes.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.onNode(nil, obj) },
-			UpdateFunc: c.onNode,
+			AddFunc: func(obj any) {
+				c.onNode(nil, obj)
+				c.identifyOnNode(ctx, obj)
+			},
+			UpdateFunc: func(oldObj, obj any) {
+				c.onNode(oldObj, obj)
+				c.identifyOnNode(ctx, obj)
+			},
 			DeleteFunc: c.onNodeDelete,
 		}},
 		{c.informers.attachments.Informer(), toolscache.ResourceEventHandlerFuncs{
@@ -223,6 +229,8 @@ func (c *Controller) onPV(ctx context.Context, obj any) {
 		return
 	}
 	c.enqueuePods(c.populator.PodsForPV(pv))
+	c.attachmentsMu.Lock()
+	defer c.attachmentsMu.Unlock()
 	for _, name := range c.actual.UnresolvedForPV(pv.Name) {
 		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
 			c.observeVolumeAttachment(ctx, va)
@@ -255,6 +263,8 @@ func (c *Controller) onNode(oldObj, newObj any) {
 	if !ok {
 		return
 	}
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
 	now := cache.NodeFromObject(node)
 	prev := c.nodes.Set(now)
 	if nodeDecisionsChanged(prev, now) {
@@ -289,6 +299,8 @@ func nodeDecisionsChanged(prev, now cache.Node) bool {
 // delivered it; a tombstone from a relist holds only the last state the informer
 // had, which may predate kubelet's last report.
 func (c *Controller) onNodeDelete(obj any) {
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		if name := objectKey(t); name != "" {
 			c.forgetNode(name, nil)
@@ -301,11 +313,13 @@ func (c *Controller) onNodeDelete(obj any) {
 }
 
 // forgetNode records that the node's object is gone; final is the object as it
-// was deleted, nil when that is not known.
+// was deleted, nil when that is not known. The record of the deletion is
+// forgotten once nothing is recorded on the node (see forget.go).
 func (c *Controller) forgetNode(name string, final *v1.Node) {
 	c.nodes.MarkDeleted(name, final)
 	c.status.Forget(name)
 	c.enqueueNodeVolumes(name)
+	c.deletedNodes.Add(name)
 }
 
 func (c *Controller) enqueueNodeVolumes(node string) {
@@ -324,7 +338,9 @@ func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
+	c.attachmentsMu.Lock()
 	c.observeVolumeAttachment(ctx, va)
+	c.attachmentsMu.Unlock()
 	c.executor.ObserveVolumeAttachment(va.Name, va)
 }
 
@@ -333,7 +349,9 @@ func (c *Controller) onVolumeAttachmentDelete(obj any) {
 		obj = t.Obj
 	}
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
+		c.attachmentsMu.Lock()
 		c.forgetVolumeAttachment(va.Name, va.UID)
+		c.attachmentsMu.Unlock()
 	}
 }
 
@@ -383,6 +401,26 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 		c.status.Enqueue(o.Node)
 	}
 	c.reconciler.Enqueue(vol.Name)
+}
+
+// identifyOnNode tries again to identify the VolumeAttachments of the node whose
+// volume was not known: the node's status may list it now.
+func (c *Controller) identifyOnNode(ctx context.Context, obj any) {
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return
+	}
+	names := c.actual.UnresolvedOnNode(node.Name)
+	if len(names) == 0 {
+		return
+	}
+	c.attachmentsMu.Lock()
+	defer c.attachmentsMu.Unlock()
+	for _, name := range names {
+		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
+			c.observeVolumeAttachment(ctx, va)
+		}
+	}
 }
 
 // identifyVolume finds the volume a VolumeAttachment is for, by its inline spec,

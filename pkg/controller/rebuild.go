@@ -3,51 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
-
-// waitForCurrentVolumeAttachments makes sure the VolumeAttachment informer holds
-// every VolumeAttachment that exists now, as a quorum read from etcd sees them:
-// after a fail-over, the previous leader's last writes must be known before the
-// first decision, or a single-attach volume could be attached twice.
-func (c *Controller) waitForCurrentVolumeAttachments(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		missing := 0
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
-			if err != nil {
-				logger.Error(err, "Listing VolumeAttachments to check the informer is current; retrying")
-				return false, nil
-			}
-			for i := range list.Items {
-				if _, err := c.informers.attachments.Lister().Get(list.Items[i].Name); err != nil {
-					missing++
-				}
-			}
-			if list.Continue == "" {
-				break
-			}
-			opts.Continue = list.Continue
-		}
-		if missing > 0 {
-			logger.Info("VolumeAttachment informer is behind the API server; waiting", "missing", missing)
-			return false, nil
-		}
-		return true, nil
-	})
-}
 
 // rebuild fills the state from the synced informers before any decision. The
 // event handlers are registered first and deliver every object as an addition, so
@@ -95,10 +58,21 @@ func (c *Controller) multiAttachOf(name volumename.UniqueName) bool {
 	return ok && desired.Spec.MultiAttach
 }
 
+// The periodic pass compares what an informer holds with what the controller
+// recorded from it while that informer's event handlers wait (nodesMu,
+// attachmentsMu): an informer's cache holds an event before its handlers are
+// told, so under the lock nothing recorded is newer than the informer's cache,
+// and an event handled after the pass's list applies after the pass's changes.
+// A list taken before the records were read would forget an object added in
+// between, and bring back one deleted in between.
+
 // reconcileNodes brings the node register in line with the node informer: a node
-// whose deletion was missed counts as deleted, and a deleted node that nothing
-// refers to any more is forgotten.
+// whose deletion was missed counts as deleted (and is forgotten once nothing is
+// recorded on it, see forget.go), and a node whose changes were missed is
+// recorded as the informer holds it.
 func (c *Controller) reconcileNodes() error {
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
 	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("listing nodes from the informer: %w", err)
@@ -112,12 +86,8 @@ func (c *Controller) reconcileNodes() error {
 		}
 	}
 	for _, name := range c.nodes.Names() {
-		switch n := c.nodes.Get(name); {
-		case present[name]:
-		case n.Exists():
+		if !present[name] && c.nodes.Get(name).Exists() {
 			c.forgetNode(name, nil)
-		case len(c.desired.VolumesOnNode(name)) == 0 && !c.actual.HasNode(name):
-			c.nodes.Forget(name)
 		}
 	}
 	return nil
@@ -127,11 +97,28 @@ func (c *Controller) reconcileNodes() error {
 // informer: objects it holds that the state lacks are recorded, and objects the
 // informer showed once but holds no more are forgotten. Objects the controller
 // created, or tried to, and never saw, and objects whose delete had an unknown
-// outcome, are read from the API server, unless an operation on them runs.
+// outcome, are then read from the API server, unless an operation on them runs.
 func (c *Controller) reconcileAttachments(ctx context.Context) error {
+	inInformer, err := c.recordInformerAttachments(ctx)
+	if err != nil {
+		return err
+	}
+	for _, att := range c.actual.Unsettled() {
+		if att.DeleteUnsettled || !inInformer[att.VolumeAttachment] {
+			c.executor.Settle(ctx, att)
+		}
+	}
+	return nil
+}
+
+// recordInformerAttachments makes the actual state record what the informer
+// holds, and returns the names it held.
+func (c *Controller) recordInformerAttachments(ctx context.Context) (map[string]bool, error) {
+	c.attachmentsMu.Lock()
+	defer c.attachmentsMu.Unlock()
 	vas, err := c.informers.attachments.Lister().List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
+		return nil, fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
 	}
 	interleave.At(ctx, "resync-attachments-listed", "")
 	recorded := c.actual.ObjectNames()
@@ -147,10 +134,5 @@ func (c *Controller) reconcileAttachments(ctx context.Context) error {
 			c.forgetVolumeAttachment(name, uid)
 		}
 	}
-	for _, att := range c.actual.Unsettled() {
-		if att.DeleteUnsettled || !inInformer[att.VolumeAttachment] {
-			c.executor.Settle(ctx, att)
-		}
-	}
-	return nil
+	return inInformer, nil
 }

@@ -40,8 +40,10 @@ func TestPeriodicPassHealsMissedDeletions(t *testing.T) {
 	if n := c.nodes.Get("node-a"); n.Exists() || n.Ready {
 		t.Errorf("node-a = %+v after the periodic pass, want deleted and not Ready", n)
 	}
-	// Nothing refers to the deleted node any more: the next pass forgets it.
-	c.resync(ctx)
+	// Nothing is recorded on the deleted node any more: it is forgotten.
+	if c.deletedNodes.Len() != 1 || !c.forgetNextDeletedNode() {
+		t.Fatalf("node-a is not queued to be forgotten")
+	}
 	if names := c.nodes.Names(); slices.Contains(names, "node-a") {
 		t.Errorf("node register still remembers node-a: %q", names)
 	}

@@ -10,12 +10,19 @@
 // of the client it is given, through client-go's EventCorrelator, so that repeats
 // are counted on one Event, similar events are aggregated and an object that gets
 // too many events is filtered exactly as client-go's broadcaster does.
+//
+// An event whose write fails with an error that may pass is tried again after
+// RetryDelay, MaxTries times in all as client-go's broadcaster does, then
+// dropped. It waits for its next try on its own, not at the head of the line: an
+// event the API server keeps failing (a failing admission webhook on its
+// namespace) delays no other.
 package eventsink
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +49,9 @@ const (
 	// CauseRejected: the API server refused it for good (invalid, its namespace
 	// terminating, already existing).
 	CauseRejected = "rejected"
+	// CauseRetryLimit: its write failed MaxTries times with errors that may
+	// pass (no answer, or the server overloaded or failing).
+	CauseRetryLimit = "retry_limit"
 )
 
 // Defaults of Options.
@@ -51,6 +61,8 @@ const (
 	// DefaultRetryDelay is client-go's wait before it writes an event again
 	// after an error that may pass.
 	DefaultRetryDelay = 10 * time.Second
+	// DefaultMaxTries is client-go's number of tries of one event.
+	DefaultMaxTries = 12
 )
 
 // Options configure a Recorder.
@@ -63,6 +75,9 @@ type Options struct {
 	// RetryDelay is the wait before writing an event again after a transport
 	// error or a server error that may pass; DefaultRetryDelay if 0.
 	RetryDelay time.Duration
+	// MaxTries is how many times an event is tried before it is dropped;
+	// DefaultMaxTries if 0.
+	MaxTries int
 	// Correlator configures client-go's EventCorrelator; the zero value is
 	// client-go's defaults, those of its broadcaster.
 	Correlator record.CorrelatorOptions
@@ -84,7 +99,21 @@ type Recorder struct {
 	// keys in the order they came.
 	waiting           map[string]*v1.Event
 	warnings, normals []string
-	stopped           bool
+	// retrying holds the events whose write failed and that wait for their
+	// next try, each until its own time; retryingNormal counts the normal ones,
+	// which take their place in the normal events' bound.
+	retrying       []*attempt
+	retryingNormal int
+	stopped        bool
+}
+
+// attempt is an event on its way to the API server: what the correlator made of
+// it, how many times it was tried, and when it may be tried next.
+type attempt struct {
+	eventType string
+	result    *record.EventCorrelateResult
+	tries     int
+	due       time.Time
 }
 
 var _ record.EventRecorder = (*Recorder)(nil)
@@ -97,6 +126,9 @@ func New(logger klog.Logger, client typedcorev1.EventsGetter, scheme *runtime.Sc
 	}
 	if opts.RetryDelay == 0 {
 		opts.RetryDelay = DefaultRetryDelay
+	}
+	if opts.MaxTries == 0 {
+		opts.MaxTries = DefaultMaxTries
 	}
 	return &Recorder{
 		client:  client,
@@ -179,7 +211,7 @@ func (r *Recorder) enqueue(event *v1.Event) bool {
 	if event.Type == v1.EventTypeWarning {
 		r.warnings = append(r.warnings, key)
 	} else {
-		if len(r.normals) >= r.opts.MaxQueuedNormal {
+		if len(r.normals)+r.retryingNormal >= r.opts.MaxQueuedNormal {
 			return false
 		}
 		r.normals = append(r.normals, key)
@@ -192,11 +224,22 @@ func (r *Recorder) enqueue(event *v1.Event) bool {
 	return true
 }
 
-// next takes the oldest waiting warning, else the oldest waiting normal event.
-func (r *Recorder) next() (*v1.Event, bool) {
+// next takes the event to write now: a warning due for another try, else the
+// oldest waiting warning, else the same for normal events. A retry is taken at
+// its time and no sooner, so that an event that keeps failing takes one write
+// every RetryDelay and the others go past it. When nothing is due, next returns
+// how long until the first retry is (0 if none waits).
+func (r *Recorder) next(now time.Time) (retry *attempt, fresh *v1.Event, wait time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, keys := range []*[]string{&r.warnings, &r.normals} {
+	for _, eventType := range []string{v1.EventTypeWarning, v1.EventTypeNormal} {
+		if a := r.takeDueLocked(eventType, now); a != nil {
+			return a, nil, 0
+		}
+		keys := &r.normals
+		if eventType == v1.EventTypeWarning {
+			keys = &r.warnings
+		}
 		if len(*keys) == 0 {
 			continue
 		}
@@ -205,9 +248,46 @@ func (r *Recorder) next() (*v1.Event, bool) {
 		*keys = (*keys)[1:]
 		event := r.waiting[key]
 		delete(r.waiting, key)
-		return event, true
+		return nil, event, 0
 	}
-	return nil, false
+	for _, a := range r.retrying {
+		if left := a.due.Sub(now); wait == 0 || left < wait {
+			wait = max(left, time.Nanosecond)
+		}
+	}
+	return nil, nil, wait
+}
+
+// takeDueLocked takes the retry of the type that has been due longest, if any.
+func (r *Recorder) takeDueLocked(eventType string, now time.Time) *attempt {
+	best := -1
+	for i, a := range r.retrying {
+		if a.eventType == eventType && !a.due.After(now) && (best < 0 || a.due.Before(r.retrying[best].due)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	a := r.retrying[best]
+	r.retrying = slices.Delete(r.retrying, best, best+1)
+	if eventType != v1.EventTypeWarning {
+		r.retryingNormal--
+	}
+	return a
+}
+
+// retryLater puts an event whose write failed back, to be tried at its time.
+func (r *Recorder) retryLater(a *attempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	r.retrying = append(r.retrying, a)
+	if a.eventType != v1.EventTypeWarning {
+		r.retryingNormal++
+	}
 }
 
 // Run writes the queued events until ctx ends, then stops: events still waiting
@@ -217,15 +297,33 @@ func (r *Recorder) Run(ctx context.Context) {
 	defer r.stop(logger)
 	correlator := record.NewEventCorrelatorWithOptions(r.opts.Correlator)
 	for ctx.Err() == nil {
-		event, ok := r.next()
-		if !ok {
-			select {
-			case <-ctx.Done():
-			case <-r.wake:
+		retry, fresh, wait := r.next(time.Now())
+		switch {
+		case retry != nil:
+			r.try(ctx, correlator, retry)
+		case fresh != nil:
+			if a := r.correlate(ctx, correlator, fresh); a != nil {
+				r.try(ctx, correlator, a)
 			}
-			continue
+		default:
+			r.sleep(ctx, wait)
 		}
-		r.write(ctx, correlator, event)
+	}
+}
+
+// sleep waits for a new event, for the first retry to be due (wait, unless
+// 0), or for ctx to end.
+func (r *Recorder) sleep(ctx context.Context, wait time.Duration) {
+	var due <-chan time.Time
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		due = timer.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-r.wake:
+	case <-due:
 	}
 }
 
@@ -233,49 +331,57 @@ func (r *Recorder) stop(logger klog.Logger) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
-	if len(r.waiting) > 0 {
-		logger.Info("Stopped writing events; abandoning those still waiting", "warnings", len(r.warnings), "normal", len(r.normals))
+	if len(r.waiting) > 0 || len(r.retrying) > 0 {
+		logger.Info("Stopped writing events; abandoning those still waiting", "warnings", len(r.warnings), "normal", len(r.normals), "retrying", len(r.retrying))
 	}
-	r.waiting, r.warnings, r.normals = nil, nil, nil
+	r.waiting, r.warnings, r.normals, r.retrying, r.retryingNormal = nil, nil, nil, nil, 0
 }
 
-// write correlates the event and writes the result, again and again while the
-// error may pass, until it is written, refused, or ctx ends.
-func (r *Recorder) write(ctx context.Context, correlator *record.EventCorrelator, event *v1.Event) {
-	logger := klog.FromContext(ctx).WithValues("object", klog.KRef(event.InvolvedObject.Namespace, event.InvolvedObject.Name), "type", event.Type, "reason", event.Reason)
+func eventLogger(ctx context.Context, event *v1.Event) klog.Logger {
+	return klog.FromContext(ctx).WithValues("object", klog.KRef(event.InvolvedObject.Namespace, event.InvolvedObject.Name), "type", event.Type, "reason", event.Reason)
+}
+
+// correlate passes a new event through client-go's correlator, and returns what
+// is to be written, or nil if the spam filter refuses it.
+func (r *Recorder) correlate(ctx context.Context, correlator *record.EventCorrelator, event *v1.Event) *attempt {
 	result, err := correlator.EventCorrelate(event)
 	if err != nil {
-		logger.Error(err, "Correlating an event with earlier ones failed")
+		eventLogger(ctx, event).Error(err, "Correlating an event with earlier ones failed")
 	}
 	if result.Skip {
-		logger.V(3).Info("Too many events about the object, dropped one (client-go's spam filter)")
+		eventLogger(ctx, event).V(3).Info("Too many events about the object, dropped one (client-go's spam filter)")
 		r.dropped(event.Type, CauseSpamFilter)
-		return
+		return nil
 	}
-	for {
-		err := r.send(ctx, correlator, result)
-		switch {
-		case err == nil:
-			return
-		case ctx.Err() != nil:
-			return
-		case !mayPass(err):
-			if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause) {
-				logger.V(5).Info("API server refused an event, not retrying", "err", err)
-			} else {
-				logger.Error(err, "API server refused an event, not retrying", "message", event.Message)
-			}
-			r.dropped(event.Type, CauseRejected)
-			return
+	return &attempt{eventType: event.Type, result: result}
+}
+
+// try writes the event once. One that fails with an error that may pass is put
+// back for another try after RetryDelay, until it has been tried MaxTries
+// times, as client-go's broadcaster does; every event has its own tries and its
+// own time, so none waits behind another that keeps failing.
+func (r *Recorder) try(ctx context.Context, correlator *record.EventCorrelator, a *attempt) {
+	event := a.result.Event
+	logger := eventLogger(ctx, event)
+	err := r.send(ctx, correlator, a.result)
+	a.tries++
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return
+	case !mayPass(err):
+		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause) {
+			logger.V(5).Info("API server refused an event, not retrying", "err", err)
+		} else {
+			logger.Error(err, "API server refused an event, not retrying", "message", event.Message)
 		}
-		logger.Error(err, "Writing an event failed, retrying", "after", r.opts.RetryDelay)
-		retry := time.NewTimer(r.opts.RetryDelay)
-		select {
-		case <-ctx.Done():
-			retry.Stop()
-			return
-		case <-retry.C:
-		}
+		r.dropped(event.Type, CauseRejected)
+	case a.tries >= r.opts.MaxTries:
+		logger.Error(err, "Writing an event failed, giving up", "tries", a.tries, "message", event.Message)
+		r.dropped(event.Type, CauseRetryLimit)
+	default:
+		logger.Error(err, "Writing an event failed, retrying", "after", r.opts.RetryDelay, "tries", a.tries)
+		a.due = time.Now().Add(r.opts.RetryDelay)
+		r.retryLater(a)
 	}
 }
 

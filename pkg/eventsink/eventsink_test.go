@@ -176,7 +176,7 @@ func TestBurstOfFiveThousand(t *testing.T) {
 		t.Errorf("no normal event dropped: the burst did not outrun the writer, the test shows nothing")
 	}
 	for _, eventType := range []string{v1.EventTypeNormal, v1.EventTypeWarning} {
-		for _, cause := range []string{CauseSpamFilter, CauseRejected} {
+		for _, cause := range []string{CauseSpamFilter, CauseRejected, CauseRetryLimit} {
 			if n := dropped.get(eventType, cause); n != 0 {
 				t.Errorf("%d %s events dropped for %s", n, eventType, cause)
 			}
@@ -368,12 +368,12 @@ func TestStopsWhenTheContextEnds(t *testing.T) {
 	emitter := podevents.NewEmitter(rec)
 	emitter.Emit([]cache.PodRef{pod(1)}, v1.EventTypeWarning, podevents.ReasonFailedAttach, "m")
 	emitter.Emit([]cache.PodRef{pod(2)}, v1.EventTypeNormal, podevents.ReasonSuccessfulAttach, "m")
-	eventually(t, 5*time.Second, "tried", func() bool { return attempts.Load() == 1 })
+	eventually(t, 5*time.Second, "both tried", func() bool { return attempts.Load() == 2 })
 	stop()
 	emitter.Emit([]cache.PodRef{pod(3)}, v1.EventTypeWarning, podevents.ReasonFailedAttach, "m")
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if len(rec.waiting) != 0 {
-		t.Errorf("%d events kept after the recorder stopped", len(rec.waiting))
+	if len(rec.waiting) != 0 || len(rec.retrying) != 0 {
+		t.Errorf("%d events kept, %d waiting for another try, after the recorder stopped", len(rec.waiting), len(rec.retrying))
 	}
 }

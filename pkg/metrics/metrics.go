@@ -36,6 +36,28 @@ const (
 	ForcedOnShutdown   = string(cache.ForcedOnShutdown)
 )
 
+// Results of a node status patch, the result label of node_status_patches_total.
+const (
+	PatchSucceeded = "success"
+	PatchFailed    = "error"
+	// PatchNodeGone: the node was deleted before its status was written.
+	PatchNodeGone = "node-gone"
+)
+
+// Results of an attach or detach, the result label of operations_total and
+// operation_duration_seconds.
+const (
+	resultSuccess = "success"
+	resultError   = "error"
+)
+
+// Results of a comparison in shadow mode, the result label of
+// shadow_comparisons_total.
+const (
+	shadowAgree    = "agree"
+	shadowDisagree = "disagree"
+)
+
 // Metrics holds the collectors the controller updates.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -99,14 +121,26 @@ func New() *Metrics {
 		}, []string{"expected", "result"}),
 		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_dropped_total",
-			Help: "Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server).",
+			Help: "Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server; retry_limit: failed 12 times with errors that may pass).",
 		}, []string{"type", "cause"}),
 		upstream: newUpstreamMetrics(),
 	}
-	// Both reasons are exported from the start, at 0, so that an alert on their
-	// increase sees the first forced detach.
-	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService} {
+	// Every series whose labels are known in advance is exported from the
+	// start, at 0, so that a rate or an increase sees the first event, and an
+	// alert on it is not an alert on nothing.
+	for _, kind := range []string{OperationAttach, OperationDetach} {
+		for _, result := range []string{resultSuccess, resultError} {
+			m.Operations.WithLabelValues(kind, result)
+		}
+	}
+	for _, result := range []string{PatchSucceeded, PatchFailed, PatchNodeGone} {
+		m.NodeStatusPatches.WithLabelValues(result)
+	}
+	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService, ForcedOnShutdown} {
 		m.ForceDetaches.WithLabelValues(reason)
+	}
+	// kube-controller-manager's counter has no shutdown reason.
+	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService} {
 		m.upstream.forcedDetaches.WithLabelValues(reason)
 	}
 	// Every drop that can happen is exported from the start, at 0: a warning
@@ -117,6 +151,8 @@ func New() *Metrics {
 		{v1.EventTypeNormal, eventsink.CauseRejected},
 		{v1.EventTypeWarning, eventsink.CauseSpamFilter},
 		{v1.EventTypeWarning, eventsink.CauseRejected},
+		{v1.EventTypeNormal, eventsink.CauseRetryLimit},
+		{v1.EventTypeWarning, eventsink.CauseRetryLimit},
 	} {
 		m.EventsDropped.WithLabelValues(drop[0], drop[1])
 	}
@@ -126,6 +162,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.Registry.MustRegister(buildInfo())
 	return m
 }
 
@@ -214,9 +251,9 @@ type Op struct {
 // ObserveOperation records one finished operation, in the controller's own
 // metrics and in storage_operation_duration_seconds.
 func (m *Metrics) ObserveOperation(op Op) {
-	result := "success"
+	result := resultSuccess
 	if op.Err != nil {
-		result = "error"
+		result = resultError
 	}
 	took := time.Since(op.Started).Seconds()
 	m.Operations.WithLabelValues(op.Kind, result).Inc()
@@ -233,11 +270,20 @@ func (m *Metrics) ObserveForcedDetach(reason string) {
 	}
 }
 
+// ExportShadowComparisons exports, at 0, the agreements and disagreements on
+// each of the expected outcomes shadow mode compares (see package shadow).
+func (m *Metrics) ExportShadowComparisons(expected ...string) {
+	for _, e := range expected {
+		m.ShadowComparisons.WithLabelValues(e, shadowAgree)
+		m.ShadowComparisons.WithLabelValues(e, shadowDisagree)
+	}
+}
+
 // ObserveShadowComparison counts one decision compared in shadow mode.
 func (m *Metrics) ObserveShadowComparison(expected string, agreed bool) {
-	result := "agree"
+	result := shadowAgree
 	if !agreed {
-		result = "disagree"
+		result = shadowDisagree
 	}
 	m.ShadowComparisons.WithLabelValues(expected, result).Inc()
 }

@@ -56,8 +56,10 @@ attachdetach_controller_desired_volumes 3
 		{name: "attachdetach_controller_operations_total", want: `
 # HELP attachdetach_controller_operations_total Attach and detach operations that finished, by operation and result.
 # TYPE attachdetach_controller_operations_total counter
+attachdetach_controller_operations_total{operation="attach",result="error"} 0
 attachdetach_controller_operations_total{operation="attach",result="success"} 1
 attachdetach_controller_operations_total{operation="detach",result="error"} 1
+attachdetach_controller_operations_total{operation="detach",result="success"} 0
 `},
 		{name: "attachdetach_controller_reconcile_queue_length", want: `
 # HELP attachdetach_controller_reconcile_queue_length Volumes waiting to be reconciled.
@@ -75,11 +77,13 @@ attachdetach_controller_volume_attachments 5
 attachdetach_controller_waits_for_detach_total 1
 `},
 		{name: "attachdetach_controller_events_dropped_total", want: `
-# HELP attachdetach_controller_events_dropped_total Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server).
+# HELP attachdetach_controller_events_dropped_total Events on pods never written, by type (Normal, Warning) and cause (queue_full: too many normal events waiting; spam_filter: too many events about one pod; rejected: refused by the API server; retry_limit: failed 12 times with errors that may pass).
 # TYPE attachdetach_controller_events_dropped_total counter
 attachdetach_controller_events_dropped_total{cause="queue_full",type="Normal"} 1
 attachdetach_controller_events_dropped_total{cause="rejected",type="Normal"} 0
 attachdetach_controller_events_dropped_total{cause="rejected",type="Warning"} 0
+attachdetach_controller_events_dropped_total{cause="retry_limit",type="Normal"} 0
+attachdetach_controller_events_dropped_total{cause="retry_limit",type="Warning"} 0
 attachdetach_controller_events_dropped_total{cause="spam_filter",type="Normal"} 0
 attachdetach_controller_events_dropped_total{cause="spam_filter",type="Warning"} 0
 `},
@@ -121,6 +125,7 @@ attach_detach_controller_attachdetach_controller_forced_detaches{reason="timeout
 # HELP attachdetach_controller_force_detaches_total Detaches of volumes the node still listed as in use, by reason (out-of-service, timeout, shutdown).
 # TYPE attachdetach_controller_force_detaches_total counter
 attachdetach_controller_force_detaches_total{reason="out-of-service"} 0
+attachdetach_controller_force_detaches_total{reason="shutdown"} 0
 attachdetach_controller_force_detaches_total{reason="timeout"} 1
 `},
 	} {
@@ -236,4 +241,57 @@ func histogramBounds(t *testing.T, m *Metrics, name string) []float64 {
 	}
 	t.Errorf("no %s series", name)
 	return nil
+}
+
+// TestKnownSeriesStartAtZero: a fresh registry exports, at 0, every series of
+// the controller's counters whose label values are known in advance, so that a
+// rate or an increase sees the first event.
+func TestKnownSeriesStartAtZero(t *testing.T) {
+	m := New()
+	m.ExportShadowComparisons("attached", "detached")
+	want := map[string][]string{
+		"attachdetach_controller_operations_total": {
+			`operation="attach",result="error"`, `operation="attach",result="success"`,
+			`operation="detach",result="error"`, `operation="detach",result="success"`,
+		},
+		"attachdetach_controller_node_status_patches_total":                {`result="error"`, `result="node-gone"`, `result="success"`},
+		"attachdetach_controller_force_detaches_total":                     {`reason="out-of-service"`, `reason="shutdown"`, `reason="timeout"`},
+		"attach_detach_controller_attachdetach_controller_forced_detaches": {`reason="out-of-service"`, `reason="timeout"`},
+		"attachdetach_controller_shadow_comparisons_total": {
+			`expected="attached",result="agree"`, `expected="attached",result="disagree"`,
+			`expected="detached",result="agree"`, `expected="detached",result="disagree"`,
+		},
+		"attachdetach_controller_events_dropped_total": {
+			`cause="queue_full",type="Normal"`, `cause="rejected",type="Normal"`, `cause="rejected",type="Warning"`,
+			`cause="retry_limit",type="Normal"`, `cause="retry_limit",type="Warning"`,
+			`cause="spam_filter",type="Normal"`, `cause="spam_filter",type="Warning"`,
+		},
+		"attachdetach_controller_waits_for_detach_total": {""},
+		"attachdetach_controller_leader":                 {""},
+	}
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, f := range families {
+		if _, ok := want[f.GetName()]; !ok {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			if v := s.GetCounter().GetValue() + s.GetGauge().GetValue(); v != 0 {
+				t.Errorf("%s{%s} = %v, want 0", f.GetName(), strings.Join(labels, ","), v)
+			}
+			got[f.GetName()] = append(got[f.GetName()], strings.Join(labels, ","))
+		}
+	}
+	for name, series := range want {
+		if !slices.Equal(got[name], series) {
+			t.Errorf("%s series = %q, want %q", name, got[name], series)
+		}
+	}
 }

@@ -14,7 +14,9 @@
 // for a request it refused) is neither success nor failure: an object the
 // controller tried to create counts as existing until the informer shows it or a
 // later write answers for it, and a delete of unknown outcome is settled with a
-// read before anything else happens to the volume.
+// read before anything else happens to the volume: the detach reads the object
+// back, and if that fails too, a retry of its own reads it again with backoff
+// until the API server answers, whether or not the periodic pass runs.
 package operationexecutor
 
 import (
@@ -39,13 +41,14 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/writegate"
 )
 
 // NodeStatus writes a node's status.volumesAttached from the actual state.
 type NodeStatus interface {
 	// Confirm makes the API server's list match the actual state as it stands
 	// now and returns the node as the API server returned it (nil if the node
-	// does not exist).
+	// does not exist; unwritten if the controller does not manage it).
 	Confirm(ctx context.Context, node string) (*v1.Node, error)
 	// Enqueue asks for the node's list to be written soon.
 	Enqueue(node string)
@@ -105,12 +108,11 @@ var (
 	// ErrWanted means a detach was called off because a pod on the node needs the
 	// volume again.
 	ErrWanted = errors.New("a pod on the node needs the volume again; not detaching")
+	// ErrNotManaged means a detach was called off because the node the API
+	// server returned is not managed by the attach/detach controller: kubelet
+	// attaches and detaches there itself.
+	ErrNotManaged = errors.New("the node is not managed by the attach/detach controller; not detaching")
 )
-
-// writeGrace is how long the API writes of operations may run on once the
-// controller stops: long enough for a request on its way to get its answer, and
-// shorter than the gap between a lost lease's renew deadline and its expiry.
-const writeGrace = 4 * time.Second
 
 // ErrStopped means the executor is stopping: no operation starts any more.
 var ErrStopped = errors.New("the controller is stopping")
@@ -123,12 +125,15 @@ type Executor struct {
 
 	mu       sync.Mutex
 	stopping bool
+	// settling holds the objects whose delete of unknown outcome a retry is
+	// reading back.
+	settling map[string]bool
 	running  sync.WaitGroup
 }
 
 // New returns an Executor.
 func New(cfg Config) *Executor {
-	return &Executor{cfg: cfg, locks: newLocks(time.Now), waiter: newWaiter()}
+	return &Executor{cfg: cfg, locks: newLocks(time.Now), waiter: newWaiter(), settling: make(map[string]bool)}
 }
 
 // ObserveVolumeAttachment passes what the informer saw of a VolumeAttachment (nil
@@ -342,7 +347,11 @@ func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name stri
 		pv := vol.PVName
 		va.Spec.Source.PersistentVolumeName = &pv
 	}
-	wctx, cancel := writeContext(ctx)
+	wctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		e.forgetUnmade(name, fresh)
+		return fmt.Errorf("not creating VolumeAttachment %s: %w", name, err)
+	}
 	defer cancel()
 	created, err := e.cfg.Client.StorageV1().VolumeAttachments().Create(wctx, va, metav1.CreateOptions{})
 	switch {
@@ -352,12 +361,19 @@ func (e *Executor) create(ctx context.Context, vol cache.Volume, node, name stri
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		return nil
-	case refused(err) && fresh:
-		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen && att.UID == "" {
-			e.cfg.Actual.Forget(name, "")
-		}
+	case refused(err):
+		e.forgetUnmade(name, fresh)
 	}
 	return fmt.Errorf("creating VolumeAttachment %s: %w", name, err)
+}
+
+// forgetUnmade forgets the record of a create that certainly made nothing (it
+// was refused, or never sent), if this create made the record (fresh) and nothing
+// has been learned of the object since.
+func (e *Executor) forgetUnmade(name string, fresh bool) {
+	if att, ok := e.cfg.Actual.Object(name); fresh && ok && !att.Seen && att.UID == "" {
+		e.cfg.Actual.Forget(name, "")
+	}
 }
 
 // refused tells whether the API server answered the request by refusing it, so
@@ -373,25 +389,88 @@ func refused(err error) bool {
 // to, that the informer never showed (if the API server does not have it, the
 // record goes), or one whose delete had an unknown outcome.
 func (e *Executor) Settle(ctx context.Context, att cache.Attachment) {
-	key := lockFor(att.Volume, att.Node, att.MultiAttach)
-	if !e.locks.tryAcquire(key) {
-		return
-	}
-	defer e.locks.free(key)
 	if !att.DeleteUnsettled {
+		key := lockFor(att.Volume, att.Node, att.MultiAttach)
+		if !e.locks.tryAcquire(key) {
+			return
+		}
+		defer e.locks.free(key)
 		e.settleUnseen(ctx, att.VolumeAttachment)
 		return
 	}
-	deleted, err := e.readDeleted(ctx, att)
-	if err != nil {
+	if err := e.settleDelete(ctx, att, e.readDeleted); err != nil && !errors.Is(err, errBusy) {
 		klog.FromContext(ctx).Error(err, "Reading a VolumeAttachment to learn whether its delete took effect", "volumeAttachment", att.VolumeAttachment)
-		return
+	}
+}
+
+// errBusy means an operation on the volume runs: it is the one to settle what
+// it finds.
+var errBusy = errors.New("an operation on the volume runs")
+
+// settleDelete reads back, with read and unless an operation on it runs, an
+// object whose delete had an unknown outcome, records what it learns and has the
+// volume reconciled again.
+func (e *Executor) settleDelete(ctx context.Context, att cache.Attachment, read func(context.Context, cache.Attachment) (bool, error)) error {
+	key := lockFor(att.Volume, att.Node, att.MultiAttach)
+	if !e.locks.tryAcquire(key) {
+		return errBusy
+	}
+	defer e.locks.free(key)
+	deleted, err := read(ctx, att)
+	if err != nil {
+		return err
 	}
 	if deleted {
 		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
 	}
 	e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, false)
 	e.cfg.Done(att.Volume)
+	return nil
+}
+
+// retrySettle reads back, in its own goroutine, an object whose delete had an
+// unknown outcome, again and again with backoff, until the outcome is known
+// (from a read, or from the informer) or ctx ends. Nothing else may be waiting
+// to settle it: the reconciler leaves a volume alone while its delete may be
+// under way, and the periodic pass may be off.
+func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping || ctx.Err() != nil || e.settling[att.VolumeAttachment] {
+		return
+	}
+	e.settling[att.VolumeAttachment] = true
+	e.running.Add(1)
+	go func() {
+		defer e.running.Done()
+		defer func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			delete(e.settling, att.VolumeAttachment)
+		}()
+		logger := klog.FromContext(ctx).WithValues("volumeAttachment", att.VolumeAttachment)
+		delay := initialBackoff
+		for {
+			retry := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				retry.Stop()
+				return
+			case <-retry.C:
+			}
+			cur, ok := e.cfg.Actual.Object(att.VolumeAttachment)
+			if !ok || !cur.DeleteUnsettled || (att.UID != "" && cur.UID != att.UID) {
+				return
+			}
+			err := e.settleDelete(ctx, cur, e.readBack)
+			if err == nil {
+				logger.V(2).Info("Settled a delete of unknown outcome by reading the VolumeAttachment back")
+				return
+			}
+			delay = min(2*delay, maxBackoff)
+			logger.V(2).Info("The outcome of a delete is still unknown, reading the VolumeAttachment again later", "err", err, "after", delay)
+		}
+	}()
 }
 
 // settleUnseen reads an object the informer never showed: if the API server does
@@ -400,9 +479,7 @@ func (e *Executor) settleUnseen(ctx context.Context, name string) {
 	if att, ok := e.cfg.Actual.Object(name); !ok || att.Seen {
 		return
 	}
-	rctx, cancel := writeContext(ctx)
-	defer cancel()
-	_, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(rctx, name, metav1.GetOptions{})
+	_, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen {
 			e.cfg.Actual.Forget(name, att.UID)
@@ -430,7 +507,7 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			logger.V(2).Info("Volume detached", "duration", time.Since(started))
 		case ctx.Err() != nil:
 			logger.V(2).Info("Detach interrupted by shutdown")
-		case errors.Is(err, ErrInUse), errors.Is(err, ErrWanted):
+		case errors.Is(err, ErrInUse), errors.Is(err, ErrWanted), errors.Is(err, ErrNotManaged):
 			logger.Info("Detach called off", "reason", err)
 		default:
 			logger.Error(err, "Detach failed")
@@ -465,6 +542,10 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 				return ErrInUse
 			}
 		}
+	case !cache.IsManaged(node):
+		// The annotation was taken away since the decision: the reconciler
+		// leaves such a node to kubelet, and so does the detach.
+		return ErrNotManaged
 	case slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
 		if !force.Holds(node) {
 			return ErrInUse
@@ -531,7 +612,10 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 		uid := att.UID
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
-	wctx, cancel := writeContext(ctx)
+	wctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		return true, fmt.Errorf("not deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	}
 	defer cancel()
 	err = e.cfg.Client.StorageV1().VolumeAttachments().Delete(wctx, att.VolumeAttachment, opts)
 	switch {
@@ -550,6 +634,7 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 	switch {
 	case readErr != nil:
 		e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, true)
+		e.retrySettle(ctx, att)
 		return false, fmt.Errorf("deleting VolumeAttachment %s: %w; reading it back to learn the outcome: %w", att.VolumeAttachment, err, readErr)
 	case deleted:
 		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
@@ -567,22 +652,26 @@ func (e *Executor) readDeleted(ctx context.Context, att cache.Attachment) (delet
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
 	var lastErr error
 	err = wait.ExponentialBackoffWithContext(rctx, backoff, func(ctx context.Context) (bool, error) {
-		va, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, att.VolumeAttachment, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			deleted = true
-			return true, nil
-		case err != nil:
-			lastErr = err
-			return false, nil
-		}
-		deleted = va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID)
-		return true, nil
+		deleted, lastErr = e.readBack(ctx, att)
+		return lastErr == nil, nil
 	})
 	if err != nil {
 		return false, errors.Join(err, lastErr)
 	}
 	return deleted, nil
+}
+
+// readBack reads the object once after a delete of unknown outcome and tells
+// whether the delete took effect: the object is gone, being deleted, or replaced.
+func (e *Executor) readBack(ctx context.Context, att cache.Attachment) (deleted bool, err error) {
+	va, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, att.VolumeAttachment, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	}
+	return va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID), nil
 }
 
 func (e *Executor) forgetIfUnseen(att cache.Attachment) {
@@ -614,20 +703,5 @@ func (e *Executor) current(name string) func() *storagev1.VolumeAttachment {
 			return nil
 		}
 		return va
-	}
-}
-
-// writeContext returns the context of one API request of an operation: it ends
-// writeGrace after ctx does, so that a request sent before the controller stops
-// gets its answer, and the controller learns what it changed.
-func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		timer := time.AfterFunc(writeGrace, cancel)
-		context.AfterFunc(wctx, func() { timer.Stop() })
-	})
-	return wctx, func() {
-		stop()
-		cancel()
 	}
 }

@@ -172,7 +172,7 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		done:     make(chan volumename.UniqueName, 10),
 	}
 	h.status = &fakeNodeStatus{actual: h.actual, log: h.log, node: &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		ObjectMeta: metav1.ObjectMeta{Name: testNode, Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
 		Status:     v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
 	}}
 	h.client.PrependReactor("create", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
@@ -798,7 +798,7 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, att := newDetachHarness(t, time.Minute)
 			h.status.node = &v1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: testNode},
+				ObjectMeta: metav1.ObjectMeta{Name: testNode, Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
 				Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}},
 				Status:     v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{v1.UniqueVolumeName(testPV.Name)}},
 			}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -517,7 +516,7 @@ func TestDetachNotFoundForgetsAnUnseenObject(t *testing.T) {
 // inUseNode is the node as the API server returns it, reporting testPV in use.
 func inUseNode(ready, outOfService bool) *v1.Node {
 	n := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		ObjectMeta: metav1.ObjectMeta{Name: testNode, Annotations: map[string]string{cache.ManagedAnnotation: "true"}},
 		Status:     v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{v1.UniqueVolumeName(testPV.Name)}},
 	}
 	status := v1.ConditionFalse
@@ -1034,42 +1033,6 @@ func TestWaitReturnsOnlyAfterRunningOperationsEnd(t *testing.T) {
 	if err := h.exec.Wait(again); err != nil {
 		t.Errorf("Wait with nothing running = %v", err)
 	}
-}
-
-// TestWriteContextOutlivesShutdownByWriteGrace: a request sent before the
-// controller stops gets writeGrace to answer, and no more.
-func TestWriteContextOutlivesShutdownByWriteGrace(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		parent, stop := context.WithCancel(context.Background())
-		wctx, cancel := writeContext(parent)
-		defer cancel()
-		time.Sleep(time.Hour)
-		if wctx.Err() != nil {
-			t.Fatal("the write context ended while the controller runs")
-		}
-		stop()
-		synctest.Wait()
-		if wctx.Err() != nil {
-			t.Fatal("the write context ended with the controller")
-		}
-		time.Sleep(writeGrace - time.Nanosecond)
-		synctest.Wait()
-		if wctx.Err() != nil {
-			t.Fatal("the write context ended before writeGrace")
-		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
-		if !errors.Is(wctx.Err(), context.Canceled) {
-			t.Errorf("write context %v writeGrace after shutdown, want it canceled", wctx.Err())
-		}
-	})
-	synctest.Test(t, func(t *testing.T) {
-		wctx, cancel := writeContext(context.Background())
-		cancel()
-		if wctx.Err() == nil {
-			t.Error("the write context outlived its own cancel")
-		}
-	})
 }
 
 // TestDetachNeverDeletesWhileTheConfirmedNodeListsTheVolume: the node the API

@@ -149,18 +149,21 @@ func inTree(name volumename.UniqueName, displayName, pvName string, multiAttach 
 }
 
 // fromPV turns a PersistentVolume into an attachable volume: CSI, translatable
-// in-tree, iSCSI or Fibre Channel.
+// in-tree, iSCSI or Fibre Channel. A translated PV is judged entirely on the
+// translation, as kube-controller-manager judges it: its driver, handle and access
+// modes, which may differ from the PV's own (a gcePersistentDisk ReadWriteMany, or
+// ReadWriteOnce with ReadOnlyMany, becomes ReadWriteOnce).
 func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.Volume, bool, error) {
-	multiAttach := volumename.MultiAttachAllowed(pv.Spec.AccessModes)
 	switch src := pv.Spec.PersistentVolumeSource; {
 	case src.ISCSI != nil:
-		return inTree(volumename.ISCSI(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun), pv.Name, pv.Name, multiAttach), true, nil
+		name := volumename.ISCSI(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun)
+		return inTree(name, pv.Name, pv.Name, volumename.MultiAttachAllowed(pv.Spec.AccessModes)), true, nil
 	case src.FC != nil:
 		name, err := volumename.FC(src.FC.TargetWWNs, src.FC.Lun, src.FC.WWIDs)
 		if err != nil {
 			return cache.Volume{}, false, fmt.Errorf("PersistentVolume %s: %w", pv.Name, err)
 		}
-		return inTree(name, pv.Name, pv.Name, multiAttach), true, nil
+		return inTree(name, pv.Name, pv.Name, volumename.MultiAttachAllowed(pv.Spec.AccessModes)), true, nil
 	}
 	csiPV := pv
 	if pv.Spec.CSI == nil {
@@ -183,7 +186,7 @@ func (p *Populator) fromPV(logger klog.Logger, pv *v1.PersistentVolume) (cache.V
 		Handle:      src.VolumeHandle,
 		PVName:      pv.Name,
 		DisplayName: pv.Name,
-		MultiAttach: multiAttach,
+		MultiAttach: volumename.MultiAttachAllowed(csiPV.Spec.AccessModes),
 		Migrated:    csiPV != pv,
 	}, true, nil
 }

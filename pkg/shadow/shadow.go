@@ -45,6 +45,9 @@ const (
 	ExpectNotAttached Expectation = "not-attached-while-waiting"
 )
 
+// Expectations are every Expectation, for the metrics to export from the start.
+var Expectations = []Expectation{ExpectAttached, ExpectKeptMounted, ExpectDetached, ExpectNotAttached}
+
 // expectationOf tells what node status should show after a decision, and whether
 // the decision says anything about it.
 func expectationOf(d reconciler.Decision) (Expectation, bool) {

@@ -1,6 +1,7 @@
 package shadow
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +149,27 @@ func newComparer(t *testing.T, listed bool) (*Comparer, *[]comparison, *time.Tim
 		func(v volumename.UniqueName) string { return "explained " + string(v) })
 	c.now = func() time.Time { return now }
 	return c, &got, &now
+}
+
+// TestExpectationsListsEveryOutcome: every expectation a decision can have is in
+// Expectations, which the metrics export at 0 from the start.
+func TestExpectationsListsEveryOutcome(t *testing.T) {
+	seen := map[Expectation]bool{}
+	for _, action := range []reconciler.Action{reconciler.ActionNone, reconciler.ActionWait, reconciler.ActionAttach, reconciler.ActionDetach} {
+		for _, wanted := range []bool{false, true} {
+			for _, waitStarted := range []time.Time{{}, time.Now()} {
+				if e, ok := expectationOf(reconciler.Decision{Action: action, Wanted: wanted, WaitStarted: waitStarted}); ok {
+					seen[e] = true
+				}
+			}
+		}
+	}
+	for e := range seen {
+		if !slices.Contains(Expectations, e) {
+			t.Errorf("Expectations lacks %q", e)
+		}
+	}
+	if len(seen) != len(Expectations) {
+		t.Errorf("decisions have %d expectations, Expectations lists %d", len(seen), len(Expectations))
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/writegate"
 )
 
 // Updater keeps node.status.volumesAttached in step with the actual state.
@@ -287,8 +288,9 @@ func (u *Updater) sync(ctx context.Context, r *nodeRecord, nodeName string) erro
 // API server returned it once it does: the response to the patch, or to a read
 // when no patch was needed. The write is the node's next batched one: calls for
 // the same node, and the changes that enqueued it, share it. It returns nil for a
-// node that does not exist, or that is not managed by this controller, and
-// ErrStopped if the updater stops first.
+// node that does not exist, the node as the API server has it, unwritten, for a
+// node this controller does not manage, and ErrStopped if the updater stops
+// first.
 func (u *Updater) Confirm(ctx context.Context, nodeName string) (*v1.Node, error) {
 	c := &confirmation{done: make(chan struct{})}
 	u.mu.Lock()
@@ -345,7 +347,9 @@ func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (
 	case err != nil:
 		return nil, fmt.Errorf("reading node %s from the API server: %w", nodeName, err)
 	case !cache.IsManaged(fresh):
-		return nil, nil
+		// kubelet attaches and detaches there itself: nothing to write, and the
+		// node as it is tells the caller so.
+		return fresh, nil
 	}
 	want, precondition := u.wanted(fresh, fresh.Status.VolumesAttached)
 	if sameList(fresh.Status.VolumesAttached, want) {
@@ -395,19 +399,24 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	if err != nil {
 		return nil, fmt.Errorf("encoding the status patch of node %s: %w", base.Name, err)
 	}
-	patched, err := u.client.CoreV1().Nodes().Patch(ctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+	wctx, cancel, err := writegate.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("not patching status.volumesAttached of node %s: %w", base.Name, err)
+	}
+	defer cancel()
+	patched, err := u.client.CoreV1().Nodes().Patch(wctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
-		u.metrics.NodeStatusPatches.WithLabelValues("node-gone").Inc()
+		u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchNodeGone).Inc()
 		return nil, nil
 	}
 	if err != nil {
-		u.metrics.NodeStatusPatches.WithLabelValues("error").Inc()
+		u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchFailed).Inc()
 		// The patch may or may not have been applied: forget the list written, so
 		// that the next write starts from what the informer shows.
 		r.written = nil
 		return nil, fmt.Errorf("patching status.volumesAttached of node %s: %w", base.Name, err)
 	}
-	u.metrics.NodeStatusPatches.WithLabelValues("success").Inc()
+	u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchSucceeded).Inc()
 	klog.FromContext(ctx).V(4).Info("Wrote node status", "node", base.Name, "volumesAttached", len(want))
 	r.baseVersion = base.ResourceVersion
 	r.writtenVersion = ""

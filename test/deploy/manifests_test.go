@@ -121,19 +121,25 @@ func controllerContainer(t *testing.T) corev1.Container {
 
 var envReference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// deploymentArgs returns the container's arguments as the kubelet passes them in a
-// pod of the controller's namespace: with each $(VAR) replaced by the container's
-// environment variable VAR.
+// deploymentArgs returns the arguments of the rendered Deployment's container as the
+// kubelet passes them in a pod of the controller's namespace.
 func deploymentArgs(t *testing.T) []string {
 	t.Helper()
-	c := controllerContainer(t)
+	return containerArgs(t, controllerContainer(t), controllerNamespace)
+}
+
+// containerArgs returns a container's arguments as the kubelet passes them in a pod
+// of the namespace: with each $(VAR) replaced by the container's environment
+// variable VAR.
+func containerArgs(t *testing.T, c corev1.Container, namespace string) []string {
+	t.Helper()
 	vars := map[string]string{}
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
 			vars[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			vars[e.Name] = controllerNamespace
+			vars[e.Name] = namespace
 		}
 	}
 	args := make([]string, len(c.Args))

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -35,9 +36,11 @@ type replica struct {
 }
 
 type replicaOptions struct {
-	// account is the ServiceAccount, in controllerNamespace.
+	// namespace holds the ServiceAccount and the Lease; controllerNamespace if empty.
+	namespace string
+	// account is the ServiceAccount, in namespace.
 	account string
-	// lease, if set, turns leader election on with this Lease in controllerNamespace.
+	// lease, if set, turns leader election on with this Lease in namespace.
 	lease string
 	// args are more flags, such as lease timings. The HTTP server always listens on
 	// a free loopback port.
@@ -48,7 +51,8 @@ type replicaOptions struct {
 // still runs then.
 func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	t.Helper()
-	token, err := env.ServiceAccountToken(t.Context(), controllerNamespace, o.account)
+	namespace := cmp.Or(o.namespace, controllerNamespace)
+	token, err := env.ServiceAccountToken(t.Context(), namespace, o.account)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,7 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	}
 	var args []string
 	if o.lease != "" {
-		args = append(args, "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
+		args = append(args, "--leader-elect-resource-namespace="+namespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
 	args = append(append(args, o.args...), "--http-endpoint=127.0.0.1:0")

@@ -84,3 +84,35 @@ func TestLinksStayInTheRepository(t *testing.T) {
 		}
 	}
 }
+
+// readmeMaxLines keeps the README a front door: the rest belongs in docs/.
+const readmeMaxLines = 160
+
+// readmeCommandsWithin is how near its top the README must give the two commands.
+const readmeCommandsWithin = 40
+
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(src), "\n"), "\n")
+	if len(lines) > readmeMaxLines {
+		t.Errorf("README.md has %d lines, more than %d: move the detail to docs/", len(lines), readmeMaxLines)
+	}
+	top := strings.Join(lines[:min(len(lines), readmeCommandsWithin)], "\n")
+	for _, command := range []string{"hack/run.sh", "hack/test.sh"} {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(command) + `\s`).MatchString(top) {
+			t.Errorf("README.md does not start a line with %s in its first %d lines", command, readmeCommandsWithin)
+		}
+		info, err := os.Stat(filepath.Join(root, command))
+		if err != nil || info.Mode().Perm()&0o111 == 0 {
+			t.Errorf("README.md's %s is not an executable of the repository: %v", command, err)
+		}
+	}
+	for _, private := range []string{"shared with", "developers'", "helper session"} {
+		if strings.Contains(string(src), private) {
+			t.Errorf("README.md speaks of the machine its developers work on (%q): it is for operators", private)
+		}
+	}
+}

@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-// TestCommandLine runs the binary for --version, --help and bad flags: a version
+// TestCommandLine runs the binary for --version, --help and bad flags (klog's
+// file flags among them): a version
 // line or the flags in groups and exit 0, or a message naming the flag and exit 2,
 // without touching a cluster.
 func TestCommandLine(t *testing.T) {
@@ -22,6 +23,8 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"--attach-detach-reconcile-sync-period=500ms"}, wantCode: 2, want: "--attach-detach-reconcile-sync-period must be at least 1s"},
 		{args: []string{"--bind-address=:8080"}, wantCode: 2, want: "flag provided but not defined: -bind-address"},
 		{args: []string{"--help"}, wantCode: 0, want: "Flags of kube-controller-manager (same name and meaning):"},
+		{args: []string{"--logtostderr=false"}, wantCode: 2, want: "flag provided but not defined: -logtostderr"},
+		{args: []string{"--logging-format=xml"}, wantCode: 2, want: `--logging-format: Invalid value: "xml": Unsupported log format`},
 	} {
 		out, err := exec.Command(env.Controller, tc.args...).CombinedOutput()
 		code := 0

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -86,13 +87,14 @@ func TestUnmountWaitPerDriver(t *testing.T) {
 				},
 			})
 			s.Eventually("the controller serving /metrics", func() bool { return s.ctrl.HTTPAddress() != "" })
-			page := scrapeMetrics(t, s.ctrl.HTTPAddress())
-			for _, want := range []string{`attachdetach_controller_max_wait_for_unmount_seconds{driver=""} 3600`,
-				"attachdetach_controller_max_wait_for_unmount_seconds" + strings.ReplaceAll(tc.wantGauge, "DRIVER", driver)} {
-				if !slices.Contains(strings.Split(page, "\n"), want) {
-					t.Errorf("/metrics has no line %s", want)
-				}
-			}
+			// The policies are exported once the controller is set up, after its
+			// HTTP server serves.
+			want := []string{`attachdetach_controller_max_wait_for_unmount_seconds{driver=""} 3600`,
+				"attachdetach_controller_max_wait_for_unmount_seconds" + strings.ReplaceAll(tc.wantGauge, "DRIVER", driver)}
+			s.Eventually(fmt.Sprintf("/metrics lines %q", want), func() bool {
+				lines := strings.Split(scrapeMetrics(t, s.ctrl.HTTPAddress()), "\n")
+				return slices.Contains(lines, want[0]) && slices.Contains(lines, want[1])
+			})
 			vol := stuckVolume(t, s)
 			s.Must(s.Kubelet.SetReady(t.Context(), s.Nodes[0], false))
 			if !tc.wantKept {

@@ -84,7 +84,7 @@ func TestEventBurstReachesTheAPIServer(t *testing.T) {
 	t.Logf("%d pods at %d writes/s: warnings stored %d; normal stored %d, dropped %d; in %s",
 		pods, qps, warnings, normal, dropped(v1.EventTypeNormal, eventsink.CauseQueueFull), time.Since(began).Round(time.Millisecond))
 	for _, eventType := range []string{v1.EventTypeNormal, v1.EventTypeWarning} {
-		for _, cause := range []string{eventsink.CauseSpamFilter, eventsink.CauseRejected} {
+		for _, cause := range []string{eventsink.CauseSpamFilter, eventsink.CauseRejected, eventsink.CauseRetryLimit} {
 			if n := dropped(eventType, cause); n != 0 {
 				t.Errorf("%d %s events dropped for %s", n, eventType, cause)
 			}

@@ -79,8 +79,13 @@ func TestShadowBesideKubeControllerManager(t *testing.T) {
 	s.Eventually("the disagreement on the shorter wait for unmount", func() bool {
 		return shadowComparisons(t, addr)["detached/disagree"] >= 1
 	})
-	log, err := shadow.Log()
-	s.Must(err)
+	// The comparison is counted before its log line, explained outside the
+	// comparer's lock, is written.
+	var log string
+	s.Eventually("the log line for the disagreement", func() bool {
+		log, err = shadow.Log()
+		return err == nil && strings.Contains(log, "Shadow disagreement")
+	})
 	for _, want := range []string{"Shadow disagreement", "force-detached", "volume " + kept.PV + " (", "node status: "} {
 		if !strings.Contains(log, want) {
 			t.Errorf("no %q in the log line for the disagreement, which carries the explanation:\n%s", want, shadow.LogTail(20))

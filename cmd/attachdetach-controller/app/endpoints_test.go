@@ -1,9 +1,13 @@
 package app
 
 import (
+	"flag"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 )
@@ -31,6 +35,9 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 					t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, tc.want)
 				}
 			}
+			if got := request(t, http.MethodPut, srv.URL+verbosityPath, "0"); got != tc.want {
+				t.Errorf("PUT %s = %d, want %d", verbosityPath, got, tc.want)
+			}
 			resp, err := http.Get(srv.URL + "/healthz")
 			if err != nil {
 				t.Fatal(err)
@@ -41,4 +48,56 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVerbosityChangesAtRunTime: with --enable-pprof, PUT /debug/flags/v sets
+// klog's verbosity; anything but a level, or any other method, changes nothing.
+func TestVerbosityChangesAtRunTime(t *testing.T) {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	before := klogFlags.Lookup("v").Value.String()
+	t.Cleanup(func() { _ = klogFlags.Set("v", before) })
+	if err := klogFlags.Set("v", "1"); err != nil {
+		t.Fatal(err)
+	}
+	e := httpEndpoints{metrics: metrics.New(), ready: func() bool { return true }, explainer: http.NotFoundHandler(), pprof: true}
+	srv := httptest.NewServer(e.handler())
+	defer srv.Close()
+
+	for _, tc := range []struct {
+		name   string
+		method string
+		body   string
+		want   int
+		wantV  string
+	}{
+		{name: "a level", method: http.MethodPut, body: "5\n", want: http.StatusOK, wantV: "5"},
+		{name: "not a number", method: http.MethodPut, body: "debug", want: http.StatusBadRequest, wantV: "5"},
+		{name: "negative", method: http.MethodPut, body: "-1", want: http.StatusBadRequest, wantV: "5"},
+		{name: "a GET", method: http.MethodGet, want: http.StatusMethodNotAllowed, wantV: "5"},
+		{name: "a POST", method: http.MethodPost, body: "2", want: http.StatusMethodNotAllowed, wantV: "5"},
+		{name: "back down", method: http.MethodPut, body: "2", want: http.StatusOK, wantV: "2"},
+	} {
+		if got := request(t, tc.method, srv.URL+verbosityPath, tc.body); got != tc.want {
+			t.Errorf("%s: %s %q = %d, want %d", tc.name, tc.method, tc.body, got, tc.want)
+		}
+		if v := klogFlags.Lookup("v").Value.String(); v != tc.wantV {
+			t.Errorf("%s: -v is %s, want %s", tc.name, v, tc.wantV)
+		}
+	}
+}
+
+// request sends a request and returns the status code of the answer.
+func request(t *testing.T, method, url, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

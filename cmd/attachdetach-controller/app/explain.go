@@ -3,21 +3,20 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -36,10 +35,11 @@ const leaderTimeout = 10 * time.Second
 
 // ExplainOptions are the settings of the explain command.
 type ExplainOptions struct {
-	Kubeconfig string
-	Namespace  string
-	Output     string
-	Target     explain.Target
+	// Config is the cluster and the user to read it as: kubectl's flags
+	// (--kubeconfig, --context, --namespace, --as, ...).
+	Config genericclioptions.RESTClientGetter
+	Output string
+	Target explain.Target
 	// FromLeader asks the running leader; LeaderURL is where it listens (empty:
 	// through the API server's proxy to the pod the Lease names, on LeaderPort).
 	FromLeader     bool
@@ -53,98 +53,31 @@ type ExplainOptions struct {
 	Policy controller.Options
 }
 
-// ParseExplainFlags reads `explain KIND/NAME [flags]`, the arguments after
-// "explain".
-func ParseExplainFlags(args []string, output io.Writer) (*ExplainOptions, error) {
-	o := &ExplainOptions{Policy: controller.DefaultOptions()}
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(output)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: attachdetach-controller explain (pod|pvc|pv|node|volumeattachment)/NAME [-n NAMESPACE] [flags]
-       kubectl attachdetach explain ...   (the same binary installed as kubectl-attachdetach)
+// outputFormats are the values of explain's --output.
+var outputFormats = []string{"text", "json", "yaml"}
 
-Tells, for each volume of the object, which nodes need it and for which pods, its
-VolumeAttachments, node status, and what the controller's rules say must happen
-now and why. It reads the cluster with your kubeconfig and writes nothing.
-Read from the cluster, it applies the detach policy its flags give: pass the
-deployment's --max-wait-for-unmount, --max-wait-for-unmount-per-driver,
---disable-force-detach-on-timeout and --detach-on-shutdown-taint. The leader
-(--from-leader) answers with its own settings, and also knows the operations in
-progress, their backoffs and when each wait for unmount began.
-
-`)
-		fs.PrintDefaults()
+// Validate refuses settings explain cannot run with, naming the flag.
+func (o *ExplainOptions) Validate() error {
+	if !slices.Contains(outputFormats, o.Output) {
+		return fmt.Errorf("--output must be one of %s, got %q", strings.Join(outputFormats, ", "), o.Output)
 	}
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration.")
-	fs.StringVar(&o.Namespace, "n", "", "Namespace of a pod or claim (default: the kubeconfig context's).")
-	fs.StringVar(&o.Namespace, "namespace", "", "Same as -n.")
-	fs.StringVar(&o.Output, "o", "text", "Output format: text, json or yaml.")
-	fs.StringVar(&o.Output, "output", "text", "Same as -o.")
-	fs.BoolVar(&o.FromLeader, "from-leader", false,
-		"Ask the running leader, which also knows the operations in progress, backoffs and when each wait for unmount began; falls back to reading the cluster when it cannot be reached.")
-	fs.StringVar(&o.LeaderURL, "leader-url", "", "Base URL of the leader's --http-endpoint (default: through the API server's proxy to the pod the Lease names).")
-	fs.IntVar(&o.LeaderPort, "leader-port", 8080, "Port of the leader pod's --http-endpoint, for the API server's proxy.")
-	fs.StringVar(&o.LeaseNamespace, "leader-elect-resource-namespace", "attachdetach-controller", "Namespace of the leader Lease, and of the leader's pod.")
-	fs.StringVar(&o.LeaseName, "leader-elect-resource-name", "attachdetach-controller", "Name of the leader Lease.")
-	fs.DurationVar(&o.Timeout, "timeout", time.Minute, "How long to wait for the cluster's state.")
-	addDetachPolicyFlags(fs, &o.Policy)
-	// The target comes first, as with kubectl; flags may follow it.
-	var positional []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(positional) != 1 {
-		fs.Usage()
-		return nil, errors.New("explain takes exactly one KIND/NAME")
-	}
-	switch o.Output {
-	case "text", "json", "yaml":
-	default:
-		return nil, fmt.Errorf("-o must be text, json or yaml, got %q", o.Output)
-	}
-	if err := o.Policy.Validate(); err != nil {
-		return nil, err
-	}
-	target, err := explain.ParseTarget(positional[0], "")
-	if err != nil {
-		return nil, err
-	}
-	o.Target = target
-	return o, nil
+	return o.Policy.Validate()
 }
 
 // RunExplain prints the explanation of the target.
 func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.Kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-		&clientcmd.ConfigOverrides{})
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	if o.Target.Kind == explain.Pod || o.Target.Kind == explain.Claim {
-		o.Target.Namespace = o.Namespace
-		if o.Target.Namespace == "" {
-			if o.Target.Namespace, _, err = loader.Namespace(); err != nil {
-				return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
-			}
+	if o.Target.Kind.Namespaced() && o.Target.Namespace == "" {
+		ns, _, err := o.Config.ToRawKubeConfigLoader().Namespace()
+		if err != nil {
+			return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
 		}
+		o.Target.Namespace = ns
 	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = "attachdetach-controller-explain"
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := readOnlyClient(o.Config, "attachdetach-controller-explain")
 	if err != nil {
-		return fmt.Errorf("creating the client: %w", err)
+		return err
 	}
 	var report explain.Report
 	if o.FromLeader {
@@ -161,6 +94,33 @@ func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer
 		}
 	}
 	return writeReport(stdout, report, o.Output)
+}
+
+// readOnlyClient is a client for the cluster and user kubectl's flags name, that
+// refuses every write.
+func readOnlyClient(config genericclioptions.RESTClientGetter, userAgent string) (kubernetes.Interface, error) {
+	cfg, err := readOnlyConfig(config, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the client: %w", err)
+	}
+	return client, nil
+}
+
+// readOnlyConfig is the client configuration kubectl's flags give, made to
+// refuse every write.
+func readOnlyConfig(config genericclioptions.RESTClientGetter, userAgent string) (*rest.Config, error) {
+	cfg, err := config.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = userAgent
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return readOnly{rt} })
+	return cfg, nil
 }
 
 // explainSnapshot builds the controller's state from the cluster, as it does at

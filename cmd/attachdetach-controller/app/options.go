@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/klog/v2"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 )
@@ -37,20 +37,41 @@ type Options struct {
 	LeaderElectionName      string
 	LeaderElectionNamespace string
 
+	// Logging is the log format and verbosity (see loggingFlags), applied by
+	// ApplyLogging.
+	Logging *logsapi.LoggingConfiguration
+
 	ShowVersion bool
 }
 
-// ParseFlags reads the command line. klog's flags are registered on the same set.
+// ParseFlags reads the command line, the logging flags of Kubernetes components
+// included. It only reads: ApplyLogging applies the logging flags.
 func ParseFlags(args []string, output io.Writer) (*Options, error) {
-	o := &Options{Controller: controller.DefaultOptions()}
-	fs := flag.NewFlagSet("attachdetach-controller", flag.ContinueOnError)
+	o := &Options{Controller: controller.DefaultOptions(), Logging: logsapi.NewLoggingConfiguration()}
+	fs := newFlagSet(o)
 	fs.SetOutput(output)
-	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.ShowVersion {
+		return o, nil
+	}
+	return o, o.Validate()
+}
+
+// newFlagSet registers the command's flags, setting o.
+func newFlagSet(o *Options) *flag.FlagSet {
+	fs := flag.NewFlagSet("attachdetach-controller", flag.ContinueOnError)
+	addLoggingFlags(fs, o.Logging)
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080", "host:port of the HTTP server for /healthz, /readyz and /metrics, as the CSI sidecars name it. Empty: no server.")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false,
-		"Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-endpoint, as the CSI sidecars name it. Anyone who reaches the endpoint can read them.")
+		"Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-endpoint, as the CSI sidecars name it, and take a new -v with PUT /debug/flags/v. "+
+			"Anyone who reaches the endpoint can read the profiles and change the verbosity.")
 	addDetachPolicyFlags(fs, &o.Controller)
 	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
 		"Period of the full safety pass that re-evaluates every pod, volume and node; at least 1s.")
@@ -79,17 +100,7 @@ func ParseFlags(args []string, output io.Writer) (*Options, error) {
 	fs.BoolVar(&o.ShowVersion, "version", false, "Print the version and exit.")
 
 	fs.Usage = func() { printUsage(fs) }
-
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if o.ShowVersion {
-		return o, nil
-	}
-	return o, o.Validate()
+	return fs
 }
 
 // addDetachPolicyFlags registers the flags that decide when a volume still mounted
@@ -125,6 +136,9 @@ func defaultNamespace() string {
 func (o *Options) Validate() error {
 	var errs []error
 	if err := o.Controller.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateLogging(o.Logging); err != nil {
 		errs = append(errs, err)
 	}
 	// kube-controller-manager refuses a shorter period whether or not the pass is

@@ -5,11 +5,12 @@ import (
 	"flag"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
+	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
 )
@@ -96,6 +97,30 @@ func TestParseFlags(t *testing.T) {
 		{name: "per-driver wait not a duration", args: []string{"--max-wait-for-unmount-per-driver=d=soon"}, wantErr: "driver d: \"soon\" is neither a positive duration nor never"},
 		{name: "per-driver wait of zero", args: []string{"--max-wait-for-unmount-per-driver=d=0s"}, wantErr: "is neither a positive duration nor never"},
 		{name: "per-driver wait given twice", args: []string{"--max-wait-for-unmount-per-driver=d=1m,d=never"}, wantErr: "driver d is given twice"},
+		{name: "logging defaults to text at verbosity 0, flushed every 5s", check: func(t *testing.T, o *Options) {
+			l := o.Logging
+			if l.Format != "text" || l.Verbosity != 0 || len(l.VModule) != 0 || l.FlushFrequency.Duration.Duration != 5*time.Second {
+				t.Errorf("logging = %+v", l)
+			}
+		}},
+		{name: "the logging flags of Kubernetes components", args: []string{
+			"--logging-format=json", "-v=5", "--log-flush-frequency=1s",
+		}, check: func(t *testing.T, o *Options) {
+			l := o.Logging
+			if l.Format != "json" || l.Verbosity != 5 || l.FlushFrequency.Duration.Duration != time.Second {
+				t.Errorf("logging = %+v", l)
+			}
+		}},
+		{name: "vmodule", args: []string{"--vmodule=reconciler=5,executor=4"}, check: func(t *testing.T, o *Options) {
+			want := logsapi.VModuleConfiguration{{FilePattern: "reconciler", Verbosity: 5}, {FilePattern: "executor", Verbosity: 4}}
+			if !slices.Equal(o.Logging.VModule, want) {
+				t.Errorf("vmodule = %v, want %v", o.Logging.VModule, want)
+			}
+		}},
+		{name: "an unknown log format", args: []string{"--logging-format=xml"}, wantErr: `--logging-format: Invalid value: "xml": Unsupported log format`},
+		{name: "vmodule with JSON", args: []string{"--logging-format=json", "--vmodule=reconciler=5"}, wantErr: "--vmodule: Forbidden: Only supported for text log format"},
+		{name: "no log flushes", args: []string{"--log-flush-frequency=0s"}, wantErr: "--log-flush-frequency: Invalid value"},
+		{name: "a feature-gated logging flag is not taken", args: []string{"--log-json-split-stream"}, wantErr: "flag provided but not defined"},
 		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "flag provided but not defined"},
 		{name: "bad duration", args: []string{"--max-wait-for-unmount=soon"}, wantErr: "invalid value"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
@@ -144,6 +169,9 @@ func TestHelpGroupsTheFlags(t *testing.T) {
 		{"--max-wait-for-unmount ", own, logging},
 		{"--workers ", own, logging},
 		{"--v ", logging, len(help)},
+		{"--logging-format ", logging, len(help)},
+		{"--vmodule ", logging, len(help)},
+		{"--log-flush-frequency ", logging, len(help)},
 	} {
 		if i := strings.Index(help, tc.flag); i < tc.start || i > tc.end {
 			t.Errorf("%s is not in its group", tc.flag)
@@ -151,21 +179,24 @@ func TestHelpGroupsTheFlags(t *testing.T) {
 	}
 }
 
+// TestKlogFileFlagsAreGone: the flags klog.InitFlags registered, which
+// Kubernetes components dropped, are refused.
+func TestKlogFileFlagsAreGone(t *testing.T) {
+	for _, arg := range []string{
+		"--log_dir=/tmp", "--log_file=/tmp/log", "--log_file_max_size=10", "--logtostderr", "--alsologtostderr",
+		"--add_dir_header", "--one_output", "--skip_headers", "--skip_log_headers", "--stderrthreshold=INFO", "--log_backtrace_at=run.go:1",
+	} {
+		if _, err := ParseFlags([]string{arg}, io.Discard); err == nil || !strings.Contains(err.Error(), "flag provided but not defined") {
+			t.Errorf("ParseFlags(%s) error = %v, want the flag not defined", arg, err)
+		}
+	}
+}
+
 func TestEveryFlagHasAGroup(t *testing.T) {
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	var out strings.Builder
-	if _, err := ParseFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(out.String(), "\n") {
-		name, ok := strings.CutPrefix(line, "  --")
-		if !ok {
-			continue
+	fs := newFlagSet(&Options{Logging: logsapi.NewLoggingConfiguration()})
+	fs.VisitAll(func(f *flag.Flag) {
+		if !kcmFlags[f.Name] && !ownFlags[f.Name] && !isLoggingFlag(f.Name) {
+			t.Errorf("--%s is neither kube-controller-manager's, the controller's own nor a logging flag: the help leaves it out", f.Name)
 		}
-		name, _, _ = strings.Cut(name, " ")
-		if !kcmFlags[name] && !ownFlags[name] && klogFlags.Lookup(name) == nil {
-			t.Errorf("--%s is neither kube-controller-manager's, the controller's own nor klog's", name)
-		}
-	}
+	})
 }

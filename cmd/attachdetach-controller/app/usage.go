@@ -42,7 +42,7 @@ var ownFlags = map[string]bool{
 }
 
 // printUsage prints the flags in three groups: kube-controller-manager's, the
-// controller's own, and klog's.
+// controller's own, and the logging flags of Kubernetes components.
 func printUsage(fs *flag.FlagSet) {
 	out := fs.Output()
 	fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
@@ -52,7 +52,7 @@ func printUsage(fs *flag.FlagSet) {
 	}{
 		{"Flags of kube-controller-manager (same name and meaning):", func(n string) bool { return kcmFlags[n] }},
 		{"Flags of this controller only:", func(n string) bool { return ownFlags[n] }},
-		{"Logging flags (klog; -v means what it means in kube-controller-manager):", func(n string) bool { return !kcmFlags[n] && !ownFlags[n] }},
+		{"Logging flags (those of kube-controller-manager):", isLoggingFlag},
 	}
 	for _, g := range groups {
 		fmt.Fprintf(out, "\n%s\n", g.title)
