@@ -114,13 +114,13 @@ func (c *Controller) reconcileAttachments(ctx context.Context) error {
 // recordInformerAttachments makes the actual state record what the informer
 // holds, and returns the names it held.
 func (c *Controller) recordInformerAttachments(ctx context.Context) (map[string]bool, error) {
+	interleave.At(ctx, "resync-attachments", "")
 	c.attachmentsMu.Lock()
 	defer c.attachmentsMu.Unlock()
 	vas, err := c.informers.attachments.Lister().List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
 	}
-	interleave.At(ctx, "resync-attachments-listed", "")
 	recorded := c.actual.ObjectNames()
 	inInformer := make(map[string]bool, len(vas))
 	for _, va := range vas {

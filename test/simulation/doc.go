@@ -34,9 +34,9 @@
 // cache behind etcd) and hold back, each for its own time, the changes since.
 //
 // The controller's goroutines meet at named points (package interleave): informer
-// event handlers, the periodic pass between its list of VolumeAttachments and its
-// read of the recorded ones, the workers of each queue, and an operation's
-// creates and deletes. There a goroutine sleeps for a time drawn from the seed,
+// event handlers, the periodic pass before it records what the VolumeAttachment
+// informer holds, the workers of each queue, and an operation's creates and
+// deletes. There a goroutine sleeps for a time drawn from the seed,
 // the point, the item and how often that item came there: microseconds apart, so
 // that the goroutines meeting within one instant go on one at a time in an order
 // the seed chose, and at times for seconds, so that the world and the other

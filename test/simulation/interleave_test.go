@@ -6,9 +6,10 @@ import (
 )
 
 // longPoints are the meeting points where a long pause finds races the reviews
-// found: between the periodic pass's list of VolumeAttachments and its read of
-// the recorded ones, and between the deletes of one detach.
-var longPoints = map[string]bool{"resync-attachments-listed": true, "detach-delete": true}
+// found: before the periodic pass records what the VolumeAttachment informer
+// holds (it once listed the informer, then read the recorded names, with this
+// point between), and between the deletes of one detach.
+var longPoints = map[string]bool{"resync-attachments": true, "detach-delete": true}
 
 // scheduler orders one incarnation's goroutines at their meeting points (package
 // interleave). A goroutine there yields or sleeps for a time drawn from the seed,
