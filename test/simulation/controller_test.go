@@ -74,7 +74,7 @@ func (cs *controllers) start() {
 		panic(fmt.Sprintf("simulation: controller.New: %v", err))
 	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), cs.trace.Logger(name, 4)))
-	ctx = interleave.WithScheduler(ctx, newScheduler(cs.plan, id))
+	ctx = interleave.WithScheduler(ctx, newScheduler(cs.plan, id, ctx.Done()))
 	cs.current = &incarnation{id: id, client: client, cancel: cancel}
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {

@@ -20,13 +20,16 @@ var longPoints = map[string]bool{"resync-attachments": true, "detach-delete": tr
 type scheduler struct {
 	p           *plan
 	incarnation int
+	// done ends every pause once the incarnation stopped, so that none outlives
+	// the seed.
+	done <-chan struct{}
 
 	mu    sync.Mutex
 	count map[string]int
 }
 
-func newScheduler(p *plan, incarnation int) *scheduler {
-	return &scheduler{p: p, incarnation: incarnation, count: map[string]int{}}
+func newScheduler(p *plan, incarnation int, done <-chan struct{}) *scheduler {
+	return &scheduler{p: p, incarnation: incarnation, done: done, count: map[string]int{}}
 }
 
 func (s *scheduler) At(point, id string) {
@@ -48,5 +51,10 @@ func (s *scheduler) At(point, id string) {
 	if rng.Float64() < long {
 		pause = time.Duration(rng.Int64N(int64(5 * time.Second)))
 	}
-	time.Sleep(pause)
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.done:
+	}
 }
