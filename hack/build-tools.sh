@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries the tests, the demo and the benchmark run, once, into a
 # cache outside the repository, and prints the path of each, one a line.
-#   hack/build-tools.sh [kube-apiserver] [kube-controller-manager] [kubectl] [csi-attacher] [promtool] [hollow-kubelet]
+#   hack/build-tools.sh [kube-apiserver] [kube-controller-manager] [kubectl] [csi-attacher] [promtool] [hollow-kubelet] [helm]
 # With no arguments it builds all of them. Set ADC_TOOLS_DIR to choose the cache.
 # Their versions are pinned in hack/tools/versions. Each build says on standard error
 # when it starts and how long it took; what is cached already is not built again.
@@ -66,16 +66,22 @@ build_attacher() {
 		github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher "-s -w -X main.version=$EXTERNAL_ATTACHER_VERSION"
 }
 
+build_helm() {
+	require_version "$here/tools/helm" helm.sh/helm/v4 "$HELM_VERSION"
+	build helm "$HELM_VERSION" "$here/tools/helm" helm.sh/helm/v4/cmd/helm \
+		"-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+}
+
 build_promtool() {
 	require_version "$here/tools/prometheus" github.com/prometheus/prometheus "$PROMETHEUS_VERSION"
 	build promtool "$PROMETHEUS_VERSION" "$here/tools/prometheus" github.com/prometheus/prometheus/cmd/promtool "-s -w"
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(kube-apiserver kube-controller-manager kubectl csi-attacher promtool hollow-kubelet)
+[ ${#targets[@]} -gt 0 ] || targets=(kube-apiserver kube-controller-manager kubectl csi-attacher promtool hollow-kubelet helm)
 for t in "${targets[@]}"; do
 	case "$t" in
-	kube-apiserver | kube-controller-manager | kubectl | csi-attacher | promtool | hollow-kubelet) ;;
+	kube-apiserver | kube-controller-manager | kubectl | csi-attacher | promtool | hollow-kubelet | helm) ;;
 	*) echo "unknown tool $t" >&2; exit 2 ;;
 	esac
 done
@@ -83,6 +89,7 @@ for t in "${targets[@]}"; do
 	case "$t" in
 	csi-attacher) build_attacher ;;
 	promtool) build_promtool ;;
+	helm) build_helm ;;
 	hollow-kubelet) build_hollow_kubelet ;;
 	*) build_k8s "$t" ;;
 	esac

@@ -3,8 +3,8 @@
 # kube-apiserver and etcd, the end-to-end suite with the real CSI external-attacher,
 # and the small benchmark run. Installs etcd (Debian's etcd-server) when missing, and
 # builds and caches kube-apiserver, kubectl, kube-controller-manager, csi-attacher and
-# promtool and hollow-kubelet (the real kubelet with a fake runtime, for the
-# end-to-end suite).
+# promtool, hollow-kubelet (the real kubelet with a fake runtime, for the
+# end-to-end suite) and helm (for the chart's tests and hack/release.sh's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

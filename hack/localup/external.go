@@ -52,7 +52,9 @@ func runAgainst(ctx context.Context, stop context.CancelFunc, kubeconfigEnv stri
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--leader-elect=true",
+		// A developer's machine: metrics on plain HTTP, no token needed.
 		"--http-endpoint=127.0.0.1:0",
+		"--http-endpoint-insecure",
 		"-v=2",
 	}, extraArgs...)
 	fmt.Printf("KUBECONFIG is set: running the attachdetach-controller against %s (context %q) with leader election.\n", server, merged.CurrentContext)

@@ -31,6 +31,8 @@ const (
 	// HollowKubelet is hack/tools/hollow-kubelet: the real kubelet of
 	// KUBERNETES_VERSION with a fake container runtime and mounter.
 	HollowKubelet = "hollow-kubelet"
+	// Helm is helm, which packages, lints and renders charts/attachdetach-controller.
+	Helm = "helm"
 )
 
 const (
@@ -40,6 +42,8 @@ const (
 	versionsFile = "hack/tools/versions"
 	// controllerPackage is the controller's main package.
 	controllerPackage = "./cmd/attachdetach-controller"
+	// versionPackage holds the variables the linker sets to name the build.
+	versionPackage = "github.com/attachdetach-controller/attachdetach-controller/pkg/version"
 )
 
 // Versions are the pinned versions of the upstream tools.
@@ -82,7 +86,7 @@ var ReadVersions = sync.OnceValues(func() (Versions, error) {
 var toolPaths sync.Map
 
 // Tool returns the path of an upstream tool (KubeAPIServer, KubeControllerManager,
-// Kubectl, CSIAttacher, Promtool or HollowKubelet) at its pinned version, building it
+// Kubectl, CSIAttacher, Promtool, HollowKubelet or Helm) at its pinned version, building it
 // on first use through hack/build-tools.sh, whose progress (each tool as its build
 // starts and ends, with the time it took) goes to standard error.
 func Tool(ctx context.Context, name string) (string, error) {
@@ -119,7 +123,8 @@ func Tool(ctx context.Context, name string) (string, error) {
 // path of the executable. It is kept in the cache, in a directory of its own for each
 // checkout of the repository, so that checkouts side by side never run each other's
 // controller; go build leaves an up-to-date executable alone, so a later call costs a
-// fraction of a second.
+// fraction of a second. The executable reports the checkout's commit (see
+// pkg/version), so that hack/run.sh's controller says what it runs.
 func Controller(ctx context.Context) (string, error) {
 	root, cache, err := dirs()
 	if err != nil {
@@ -136,7 +141,11 @@ func Controller(ctx context.Context) (string, error) {
 	}
 	defer unlock()
 	bin := filepath.Join(dir, "attachdetach-controller")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, controllerPackage)
+	args := []string{"build", "-o", bin}
+	if commit, ok := headCommit(ctx, root); ok {
+		args = append(args, "-ldflags", "-X "+versionPackage+".GitCommit="+commit)
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, controllerPackage)...)
 	cmd.Dir = root
 	// Static, as the image and the release build it: with cgo, the Go plugin
 	// loader that k8s.io/cli-runtime links through kustomize keeps every exported
@@ -146,6 +155,19 @@ func Controller(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("building the controller: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// headCommit returns the commit checked out in root, false where git cannot tell
+// (no git, or a copy of the sources without .git): the binary then reports what Go
+// stamped into it, or "unknown".
+func headCommit(ctx context.Context, root string) (string, bool) {
+	cmd := exec.CommandContext(ctx, "git", "rev-parse", "HEAD")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(out)), true
 }
 
 // dirs returns the repository's root and the cache,

@@ -44,6 +44,10 @@ type Options struct {
 	// HTTPEndpoint is the host:port of its probes and metrics (--http-endpoint);
 	// empty: none, port 0: any free port, which HTTPAddress tells.
 	HTTPEndpoint string
+	// SecureHTTP serves HTTPEndpoint over HTTPS to the requests the API server
+	// authorizes, as in production; false adds --http-endpoint-insecure, for
+	// the tests and tools that scrape the endpoint without a token.
+	SecureHTTP bool
 	// Verbosity is the controller's -v; 0 means 4.
 	Verbosity int
 	// Args are more flags, appended: where they repeat a flag above, they win.
@@ -56,6 +60,9 @@ func (o Options) args() []string {
 		"--http-endpoint=" + o.HTTPEndpoint,
 		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
 		"-v=" + strconv.Itoa(cmp.Or(o.Verbosity, 4)),
+	}
+	if !o.SecureHTTP {
+		args = append(args, "--http-endpoint-insecure")
 	}
 	return append(args, o.Args...)
 }

@@ -22,23 +22,38 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 )
 
-// Request describes a mutating request about to be sent, for a Faults to decide on.
+// Request describes a request about to be sent, for a Faults to decide on: a
+// write (create, update, patch, delete) or a read (get, list).
 type Request struct {
 	Verb, Resource, Name string
-	// Seq counts this client's requests with the same verb, resource and name, from 1.
+	// Cached is set on a list an informer sends first (resourceVersion "0"),
+	// which an API server may serve from its watch cache, behind etcd.
+	Cached bool
+	// Seq counts this client's requests with the same verb, resource, name and
+	// Cached, from 1.
 	Seq int
 }
 
+// Read tells whether the request only reads.
+func (r Request) Read() bool { return r.Verb == "get" || r.Verb == "list" }
+
 func (r Request) String() string {
+	if r.Cached {
+		return fmt.Sprintf("%s %s/%s (cached) #%d", r.Verb, r.Resource, r.Name, r.Seq)
+	}
 	return fmt.Sprintf("%s %s/%s #%d", r.Verb, r.Resource, r.Name, r.Seq)
 }
 
-// Fault is what goes wrong with one request. The zero Fault is none.
+// Fault is what goes wrong with one request. The zero Fault is none. A read
+// knows only Delay, Err and, for a cached list, Lag.
 type Fault struct {
 	// Delay holds the request back before it reaches the store.
 	Delay time.Duration
 	// Err fails the request before it is applied.
 	Err error
+	// Lag serves a cached list as the store stood that long ago; the watch that
+	// follows replays the changes since.
+	Lag time.Duration
 	// ErrAfter is returned once the request was applied: the caller cannot tell
 	// whether it was.
 	ErrAfter error
@@ -65,6 +80,9 @@ type ClientOptions struct {
 	OnCrash func()
 	// Logf, if not nil, is told of every fault injected.
 	Logf func(format string, args ...any)
+	// OnWriteAfterStop, if not nil, is told of every write sent once Stop was
+	// called; the write goes ahead.
+	OnWriteAfterStop func(Request)
 }
 
 // Client serves one caller (a controller incarnation) from a store.
@@ -81,6 +99,12 @@ type Client struct {
 	// Guarded by s.mu.
 	fenced  bool
 	crashOn string
+	stopped bool
+
+	// listMu serves one list at a time, listLag its Lag: the fake clientset's
+	// action does not carry the resource version the list asked for.
+	listMu  sync.Mutex
+	listLag time.Duration
 }
 
 // NewClient returns a client of the store.
@@ -104,6 +128,15 @@ func (c *Client) Fence() {
 	c.fenced = true
 }
 
+// Stop records that the caller stopped (lost its lease) without fencing the
+// client: what its goroutines still send is applied, and each write sent from now
+// on is reported to OnWriteAfterStop.
+func (c *Client) Stop() {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.stopped = true
+}
+
 var errFenced = errors.New("connection refused: this client was stopped")
 
 func (c *Client) logf(format string, args ...any) {
@@ -113,11 +146,14 @@ func (c *Client) logf(format string, args ...any) {
 }
 
 // fault decides the fault of a request about to be sent.
-func (c *Client) fault(verb, resource, name string) (Request, Fault) {
+func (c *Client) fault(verb, resource, name string, cached bool) (Request, Fault) {
 	c.mu.Lock()
 	key := requestKey(verb, resource, name)
+	if cached {
+		key += " cached"
+	}
 	c.seq[key]++
-	r := Request{Verb: verb, Resource: resource, Name: name, Seq: c.seq[key]}
+	r := Request{Verb: verb, Resource: resource, Name: name, Cached: cached, Seq: c.seq[key]}
 	c.mu.Unlock()
 	if c.opts.Faults == nil {
 		return r, Fault{}
@@ -152,13 +188,26 @@ func describe(f Fault) string {
 	if f.Latency > 0 {
 		add("response delayed " + f.Latency.String())
 	}
+	if f.Lag > 0 {
+		add("served as of " + f.Lag.String() + " ago")
+	}
 	return s
 }
 
 // call runs one mutating request with its fault.
 func call[T any](ctx context.Context, c *Client, verb, resource, name string, do func() (T, error)) (T, error) {
 	var zero T
-	r, f := c.fault(verb, resource, name)
+	// A request whose context has ended is not sent, as client-go does.
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	r, f := c.fault(verb, resource, name, false)
+	c.s.mu.Lock()
+	late := c.stopped
+	c.s.mu.Unlock()
+	if late && c.opts.OnWriteAfterStop != nil {
+		c.opts.OnWriteAfterStop(r)
+	}
 	if !sleep(ctx, f.Delay) {
 		return zero, ctx.Err()
 	}
@@ -185,6 +234,32 @@ func call[T any](ctx context.Context, c *Client, verb, resource, name string, do
 		return zero, f.ErrAfter
 	}
 	return out, err
+}
+
+// read runs one read with its fault. A cached list's Lag holds for the list
+// sent: the reactor serves it from the store's past.
+func read[T any](ctx context.Context, c *Client, verb, resource, name string, cached bool, do func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	_, f := c.fault(verb, resource, name, cached)
+	if !sleep(ctx, f.Delay) {
+		return zero, ctx.Err()
+	}
+	if f.Err != nil {
+		return zero, f.Err
+	}
+	if verb != "list" {
+		return do()
+	}
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	c.listLag = 0
+	if cached {
+		c.listLag = f.Lag
+	}
+	return do()
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -222,8 +297,12 @@ func (c *Client) react(action clienttesting.Action) (bool, runtime.Object, error
 		}
 		return true, obj.DeepCopyObject(), nil
 	case "list":
+		lag := c.listLag
 		c.s.mu.Lock()
 		items, rv := c.s.list(resource, ns)
+		if lag > 0 {
+			items, rv = c.s.listAsOf(resource, ns, time.Now().Add(-lag))
+		}
 		c.s.mu.Unlock()
 		list := k.newList()
 		if err := meta.SetList(list, items); err != nil {
@@ -296,7 +375,7 @@ func (c *Client) reactWatch(action clienttesting.Action) (bool, watch.Interface,
 		if c.opts.Faults == nil {
 			return Delivery{}
 		}
-		d := c.opts.Faults.Delivery(WatchEvent{Watch: n, Type: ev.typ, Ref: ev.ref, ResourceVersion: ev.rv})
+		d := c.opts.Faults.Delivery(WatchEvent{Watch: n, Type: ev.typ, Ref: ev.ref, ResourceVersion: ev.rv, Time: ev.time})
 		switch {
 		case d.End == Expire:
 			c.logf("%s: watch of %s #%d expired (410) instead of delivering %s %s rv %d", c.opts.Name, resource, n, ev.typ, ev.ref, ev.rv)

@@ -3,6 +3,7 @@ package fakeapi
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -345,6 +346,36 @@ func (s *Store) publish(ev event) {
 	for w := range s.watchers {
 		w.enqueue(ev)
 	}
+}
+
+// listAsOf returns copies of a resource's objects in a namespace ("" for all) as
+// they stood at time t, and the resource version of that state: the changes made
+// up to t, replayed from the log.
+func (s *Store) listAsOf(resource, namespace string, t time.Time) ([]runtime.Object, uint64) {
+	state := map[Ref]runtime.Object{}
+	var rv uint64
+	for _, ev := range s.log {
+		if ev.time.After(t) {
+			break
+		}
+		rv = ev.rv
+		if ev.ref.Resource != resource || (namespace != "" && ev.ref.Namespace != namespace) {
+			continue
+		}
+		if ev.typ == watch.Deleted {
+			delete(state, ev.ref)
+		} else {
+			state[ev.ref] = ev.obj
+		}
+	}
+	refs := slices.SortedFunc(maps.Keys(state), func(a, b Ref) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	out := make([]runtime.Object, len(refs))
+	for i, ref := range refs {
+		out[i] = state[ref].DeepCopyObject()
+	}
+	return out, rv
 }
 
 // list returns copies of a resource's objects in a namespace ("" for all) and

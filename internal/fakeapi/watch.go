@@ -39,6 +39,9 @@ type WatchEvent struct {
 	Ref   Ref
 	// ResourceVersion is the store's revision of the change.
 	ResourceVersion uint64
+	// Time is when the change was made (the list's time for the ADDED events a
+	// watch from resource version 0 starts with).
+	Time time.Time
 }
 
 // watcher is one watch: events queue up under the store's lock and a goroutine

@@ -53,11 +53,24 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
 )
 
+// Rules are the controller's settings the checker judges force detaches by.
+type Rules struct {
+	// MaxWait is the wait for unmount before a force detach from a node not
+	// Ready; Grace how long a force rule is still honoured once it ended (a
+	// decision made under it may still be on its way).
+	MaxWait, Grace time.Duration
+	// NeverForce tells whether a volume is never force-detached on the timeout.
+	NeverForce func(volume string) bool
+	// DetachOnShutdownTaint lets a node not Ready with the cloud provider's
+	// shutdown taint lose its volumes at once.
+	DetachOnShutdownTaint bool
+}
+
 // Checker is a fakeapi Observer.
 type Checker struct {
-	maxWait, grace time.Duration
-	mounts         *simworld.Mounts
-	report         func(string)
+	rules  Rules
+	mounts *simworld.Mounts
+	report func(string)
 
 	mu         sync.Mutex
 	violations []string
@@ -80,6 +93,10 @@ type Checker struct {
 // nodeHealth is when a node's force-detach conditions began and ended.
 type nodeHealth struct {
 	unhealthy, outOfService bool
+	// shutdown: not Ready with the cloud provider's shutdown taint;
+	// shutdownEndedAt when that last ended.
+	shutdown        bool
+	shutdownEndedAt time.Time
 	// healthyAt is when it last became Ready again (zero: never), taintRemovedAt
 	// when it last lost the out-of-service taint, deletedAt when its Node object
 	// was last deleted.
@@ -87,9 +104,12 @@ type nodeHealth struct {
 }
 
 // New returns a checker; report is told of each violation as it happens.
-func New(maxWait, grace time.Duration, mounts *simworld.Mounts, report func(string)) *Checker {
+func New(rules Rules, mounts *simworld.Mounts, report func(string)) *Checker {
+	if rules.NeverForce == nil {
+		rules.NeverForce = func(string) bool { return false }
+	}
 	return &Checker{
-		maxWait: maxWait, grace: grace, mounts: mounts, report: report,
+		rules: rules, mounts: mounts, report: report,
 		wanted: map[simworld.NodeVolume]bool{}, unwantedSince: map[simworld.NodeVolume]time.Time{}, health: map[string]*nodeHealth{},
 		mayMount: map[simworld.NodeVolume]bool{}, lastListed: map[simworld.NodeVolume]time.Time{}, lastRemoved: map[simworld.NodeVolume]time.Time{},
 	}
@@ -108,6 +128,13 @@ func (c *Checker) Violations() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.violations)
+}
+
+// Violate records a violation found outside the API's writes.
+func (c *Checker) Violate(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.violate(format, args...)
 }
 
 func (c *Checker) violate(format string, args ...any) {
@@ -172,7 +199,14 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 	if !oos && h.outOfService {
 		h.taintRemovedAt = now
 	}
-	h.unhealthy, h.outOfService = unhealthy, oos
+	shutdown := h.shutdown
+	if node != nil {
+		shutdown = unhealthy && simworld.ShutdownTainted(node)
+	}
+	if !shutdown && h.shutdown {
+		h.shutdownEndedAt = now
+	}
+	h.unhealthy, h.outOfService, h.shutdown = unhealthy, oos, shutdown
 }
 
 // forceAllowed tells whether rule 2 lets the volume be detached from the node
@@ -182,21 +216,24 @@ func (c *Checker) forceAllowed(node, volume string, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	if h.outOfService || (!h.taintRemovedAt.IsZero() && now.Sub(h.taintRemovedAt) <= c.grace) {
+	if h.outOfService || (!h.taintRemovedAt.IsZero() && now.Sub(h.taintRemovedAt) <= c.rules.Grace) {
 		return true
 	}
-	if c.wanted[simworld.NodeVolume{Node: node, Volume: volume}] {
+	if c.rules.DetachOnShutdownTaint && (h.shutdown || (!h.shutdownEndedAt.IsZero() && now.Sub(h.shutdownEndedAt) <= c.rules.Grace)) {
+		return true
+	}
+	if c.wanted[simworld.NodeVolume{Node: node, Volume: volume}] || c.rules.NeverForce(volume) {
 		return false
 	}
 	// The last instant the node was unhealthy, if within the grace.
 	last := now
 	if !h.unhealthy {
-		if h.healthyAt.IsZero() || now.Sub(h.healthyAt) > c.grace {
+		if h.healthyAt.IsZero() || now.Sub(h.healthyAt) > c.rules.Grace {
 			return false
 		}
 		last = h.healthyAt
 	}
-	return last.Sub(c.unwantedSince[simworld.NodeVolume{Node: node, Volume: volume}]) >= c.maxWait-c.grace
+	return last.Sub(c.unwantedSince[simworld.NodeVolume{Node: node, Volume: volume}]) >= c.rules.MaxWait-c.rules.Grace
 }
 
 func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write, now time.Time) {
@@ -382,14 +419,25 @@ func singleAttachReportOnly(r fakeapi.Reader) map[string]string {
 // reaches once nothing changes: every volume that pods which count need on an
 // existing managed node attached there (a CSI volume's VolumeAttachment attached
 // and not being deleted) and listed in the node's status.volumesAttached, and no
-// other VolumeAttachment or volumesAttached entry.
-func Converged(r fakeapi.Reader) []string {
+// other VolumeAttachment (but copies another tool made of a needed one) or
+// volumesAttached entry. A volume never force-detached (neverForce) whose
+// VolumeAttachment is on a node that no longer exists is stuck there, and left
+// out: nothing reports that it was unmounted.
+func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 	var diffs []string
 	want := map[string]simworld.NodeVolume{} // VolumeAttachment name → node and volume
 	listed := map[string]map[string]bool{}   // node → volumes it must list
-	for nv, v := range simworld.Wanted(r) {
+	wanted := simworld.Wanted(r)
+	stuck := map[string]bool{}
+	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
+		vol, _ := attachmentVolume(r, va)
+		if _, exists := fakeapi.Get[*corev1.Node](r, "", va.Spec.NodeName); !exists && neverForce(vol) {
+			stuck[vol] = true
+		}
+	}
+	for nv, v := range wanted {
 		node, ok := fakeapi.Get[*corev1.Node](r, "", nv.Node)
-		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" {
+		if !ok || node.Annotations[sim.ControllerManagedAnnotation] != "true" || stuck[nv.Volume] {
 			continue
 		}
 		if !v.ReportOnly() {
@@ -413,12 +461,17 @@ func Converged(r fakeapi.Reader) []string {
 		}
 	}
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
-		if _, ok := want[va.Name]; !ok {
+		vol, _ := attachmentVolume(r, va)
+		if _, needed := wanted[simworld.NodeVolume{Node: va.Spec.NodeName, Volume: vol}]; needed && simworld.IsCopy(va) {
+			continue
+		}
+		if _, ok := want[va.Name]; !ok && !stuck[vol] {
 			diffs = append(diffs, fmt.Sprintf("VolumeAttachment %s (node %s) remains though nothing needs it", va.Name, va.Spec.NodeName))
 		}
 	}
 	for _, node := range fakeapi.List[*corev1.Node](r) {
 		got := attachedVolumes(node)
+		maps.DeleteFunc(got, func(v string, _ bool) bool { return stuck[v] })
 		if !maps.Equal(got, listed[node.Name]) && (len(got) > 0 || len(listed[node.Name]) > 0) {
 			diffs = append(diffs, fmt.Sprintf("node %s lists volumesAttached %v, want %v", node.Name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(listed[node.Name]))))
 		}

@@ -69,6 +69,9 @@ func (w *World) setReady(n *node, ready bool) {
 	w.mutate("node-lifecycle", fakeapi.Ref{Resource: fakeapi.Nodes, Name: n.name}, func(obj runtime.Object) bool {
 		node := obj.(*corev1.Node)
 		node.Status.Conditions = []corev1.NodeCondition{readyCondition(ready)}
+		if ready {
+			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == ShutdownTaint })
+		}
 		return true
 	})
 	w.logf("node %s Ready=%v (kubelet %s)", n.name, ready, map[bool]string{true: "started", false: "stopped"}[ready])

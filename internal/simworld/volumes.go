@@ -174,3 +174,12 @@ func (m *Mounts) onNode(node string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// ShutdownTaint is the taint the cloud provider puts on a node whose instance is
+// shut down.
+const ShutdownTaint = "node.cloudprovider.kubernetes.io/shutdown"
+
+// ShutdownTainted tells whether a node has the cloud provider's shutdown taint.
+func ShutdownTainted(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == ShutdownTaint })
+}

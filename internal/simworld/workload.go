@@ -2,9 +2,11 @@ package simworld
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -16,6 +18,9 @@ import (
 func (w *World) workloadLoop() {
 	if !w.changes {
 		return
+	}
+	if w.cfg.Copies > 0 && w.rng.Float64() < w.cfg.Copies {
+		w.copyAttachment()
 	}
 	ops := []struct {
 		weight int
@@ -29,6 +34,7 @@ func (w *World) workloadLoop() {
 		{6, w.nodeReady},
 		{3, w.taintNode},
 		{3, w.untaintNode},
+		{3, w.shutdownNode},
 		{2, w.removeNode},
 		{3, w.recreateNode},
 		{4, w.createLatePV},
@@ -274,6 +280,57 @@ func (w *World) untaintNode() bool {
 	w.setTaint(n, false)
 	return true
 }
+
+// shutdownNode puts the cloud provider's shutdown taint on a NotReady node; it
+// goes when the node is Ready again.
+func (w *World) shutdownNode() bool {
+	n := w.pickNode(func(n *node) bool {
+		node, ok := getObject[*corev1.Node](w.store, "", n.name)
+		return n.exists && !n.ready && ok && !ShutdownTainted(node)
+	})
+	if n == nil {
+		return false
+	}
+	w.mutate("cloud-node-lifecycle", fakeapi.Ref{Resource: fakeapi.Nodes, Name: n.name}, func(obj runtime.Object) bool {
+		node := obj.(*corev1.Node)
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: ShutdownTaint, Effect: corev1.TaintEffectNoSchedule})
+		return true
+	})
+	w.logf("node %s shutdown taint added", n.name)
+	return true
+}
+
+// copyAttachment copies an attached VolumeAttachment of the controller's whose
+// volume a pod on its node needs, under another name: another tool's object for
+// the same volume and node.
+func (w *World) copyAttachment() {
+	var candidates []*storagev1.VolumeAttachment
+	w.store.Read(func(r fakeapi.Reader) {
+		wanted := Wanted(r)
+		for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
+			if IsCopy(va) || va.DeletionTimestamp != nil || !va.Status.Attached || va.Spec.Source.PersistentVolumeName == nil {
+				continue
+			}
+			v, ok := PVVolume(r, *va.Spec.Source.PersistentVolumeName)
+			if _, needed := wanted[NodeVolume{Node: va.Spec.NodeName, Volume: v.Name}]; ok && needed {
+				candidates = append(candidates, va)
+			}
+		}
+	})
+	if len(candidates) == 0 {
+		return
+	}
+	va := candidates[w.rng.IntN(len(candidates))]
+	cp := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: copyPrefix + va.Name}, Spec: *va.Spec.DeepCopy()}
+	if _, err := w.store.Create("other-tool", cp); err == nil {
+		w.logf("other tool: copied VolumeAttachment %s to %s", va.Name, cp.Name)
+	}
+}
+
+const copyPrefix = "copy-"
+
+// IsCopy tells whether a VolumeAttachment is another tool's copy.
+func IsCopy(va *storagev1.VolumeAttachment) bool { return strings.HasPrefix(va.Name, copyPrefix) }
 
 func (w *World) removeNode() bool {
 	n := w.pickNode(func(n *node) bool { return n.exists })

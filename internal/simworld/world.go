@@ -5,8 +5,9 @@
 // out of service, deleted and created again; each node's kubelet (volumesInUse
 // first, mount only once node status lists the volume attached and, for a CSI
 // volume, its VolumeAttachment says attached, unmount before leaving
-// volumesInUse); the CSI external-attacher, slow and failing at times; and pod
-// garbage collection. The iSCSI and Fibre Channel volumes have no
+// volumesInUse); the CSI external-attacher, slow and failing at times; pod
+// garbage collection; the cloud provider's shutdown taint on nodes not Ready;
+// and another tool that copies VolumeAttachments in use. The iSCSI and Fibre Channel volumes have no
 // VolumeAttachment: node status listing them is the whole attach.
 //
 // All of it runs on one goroutine from a schedule of timed steps, and every random
@@ -40,6 +41,9 @@ type Config struct {
 	// external-attacher fails; SlowAttach bounds the rare slow attempt.
 	AttachFailure, DetachFailure float64
 	SlowAttach                   time.Duration
+	// Copies is the odds that a step of the workload copies a VolumeAttachment
+	// in use under another name, as another tool would.
+	Copies float64
 	// Settle, if not nil, is called before each step once the clock reached its
 	// time, to let everything else react first (synctest.Wait).
 	Settle func()

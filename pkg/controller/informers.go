@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -181,7 +182,7 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.Informe
 	}
 	synced := make([]toolscache.InformerSynced, 0, len(handlers))
 	for _, h := range handlers {
-		reg, err := h.informer.AddEventHandler(h.funcs)
+		reg, err := h.informer.AddEventHandler(interleave.Handler(ctx, h.funcs))
 		if err != nil {
 			return nil, fmt.Errorf("registering an event handler: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -113,6 +114,7 @@ func (c *Controller) reconcileAttachments(ctx context.Context) error {
 // recordInformerAttachments makes the actual state record what the informer
 // holds, and returns the names it held.
 func (c *Controller) recordInformerAttachments(ctx context.Context) (map[string]bool, error) {
+	interleave.At(ctx, "resync-attachments", "")
 	c.attachmentsMu.Lock()
 	defer c.attachmentsMu.Unlock()
 	vas, err := c.informers.attachments.Lister().List(labels.Everything())

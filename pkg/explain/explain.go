@@ -9,6 +9,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Target names what to explain: a pod, claim, PV, node or VolumeAttachment.
@@ -53,15 +55,23 @@ func (k Kind) Namespaced() bool {
 }
 
 // ParseTarget reads KIND/NAME, as kubectl spells it; namespace applies to pods
-// and claims.
+// and claims. NAME must be a name the API server allows for the kind (a DNS-1123
+// subdomain for all five), and a namespace given a DNS-1123 label, so that what
+// no object can be named is refused here rather than looked up and echoed back.
 func ParseTarget(s, namespace string) (Target, error) {
 	kind, name, ok := strings.Cut(s, "/")
 	k, known := ParseKind(kind)
 	if !ok || !known || name == "" || strings.Contains(name, "/") {
 		return Target{}, fmt.Errorf("%q is not one of pod/NAME, pvc/NAME, pv/NAME, node/NAME, volumeattachment/NAME", s)
 	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return Target{}, fmt.Errorf("%q: %q is not a valid %s name: %s", s, name, k, strings.Join(msgs, "; "))
+	}
 	t := Target{Kind: k, Name: name}
 	if k.Namespaced() {
+		if msgs := validation.IsDNS1123Label(namespace); namespace != "" && len(msgs) > 0 {
+			return Target{}, fmt.Errorf("%q is not a valid namespace: %s", namespace, strings.Join(msgs, "; "))
+		}
 		t.Namespace = namespace
 	}
 	return t, nil

@@ -8,9 +8,10 @@ import (
 
 func TestParseTarget(t *testing.T) {
 	tests := []struct {
-		in      string
-		want    Target
-		wantErr bool
+		in        string
+		namespace string // "ns" if empty
+		want      Target
+		wantErr   bool
 	}{
 		{in: "pod/web-0", want: Target{Kind: Pod, Namespace: "ns", Name: "web-0"}},
 		{in: "pods/web-0", want: Target{Kind: Pod, Namespace: "ns", Name: "web-0"}},
@@ -22,11 +23,22 @@ func TestParseTarget(t *testing.T) {
 		{in: "deployment/web", wantErr: true},
 		{in: "pod/", wantErr: true},
 		{in: "pod/a/b", wantErr: true},
+		{in: "node/node-a", namespace: "not a namespace", want: Target{Kind: Node, Name: "node-a"}},
+		{in: "pod/Web-0", wantErr: true},
+		{in: "pv/..", wantErr: true},
+		{in: "pod/web\x000", wantErr: true},
+		{in: "pod/" + strings.Repeat("a", 254), wantErr: true},
+		{in: "pod/web-0", namespace: "Not_A_Namespace", wantErr: true},
+		{in: "pvc/data", namespace: "ns\x00", wantErr: true},
 	}
 	for _, tc := range tests {
-		got, err := ParseTarget(tc.in, "ns")
+		namespace := tc.namespace
+		if namespace == "" {
+			namespace = "ns"
+		}
+		got, err := ParseTarget(tc.in, namespace)
 		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("ParseTarget(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			t.Errorf("ParseTarget(%q, %q) = %+v, %v; want %+v, error %v", tc.in, namespace, got, err, tc.want, tc.wantErr)
 		}
 	}
 }

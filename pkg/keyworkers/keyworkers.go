@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 )
 
 // Run handles the queue's keys with the given number of workers until ctx ends,
@@ -31,6 +33,7 @@ func processNext[T comparable](ctx context.Context, queue workqueue.TypedRateLim
 		return false
 	}
 	defer queue.Done(key)
+	interleave.At(ctx, what, key)
 	if err := handle(ctx, key); err != nil {
 		klog.FromContext(ctx).Error(err, "Handling a queued key failed, will retry", what, key)
 		queue.AddRateLimited(key)

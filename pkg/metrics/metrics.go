@@ -162,6 +162,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.Registry.MustRegister(buildInfo())
 	return m
 }
 

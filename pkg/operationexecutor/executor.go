@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
@@ -291,6 +292,7 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 	// An object recorded but never seen is one an earlier create may or may not
 	// have made: creating it again settles that.
 	if att, recorded := e.cfg.Actual.Object(name); !recorded || !att.Seen {
+		interleave.At(ctx, "attach-create", name)
 		fresh := e.cfg.Actual.BeginCreate(vol.Name, node, name, vol.MultiAttach)
 		if err := e.create(ctx, vol, node, name, fresh); err != nil {
 			return err
@@ -577,6 +579,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 		if att.Deleting {
 			continue
 		}
+		interleave.At(ctx, "detach-delete", att.VolumeAttachment)
 		settled, err := e.delete(ctx, att)
 		if !settled {
 			keepHidden = true

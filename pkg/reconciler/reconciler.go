@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
@@ -122,6 +123,7 @@ func (r *Reconciler) work(ctx context.Context, sync func(context.Context, volume
 		if shutdown {
 			return
 		}
+		interleave.At(ctx, "volume", name)
 		if after := sync(ctx, name); after > 0 {
 			r.queue.AddAfter(name, after)
 		}

@@ -224,7 +224,8 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 			return nil, err
 		}
 		w.profiler = &profiler{addr: addr, dir: cfg.Dir}
-		extra = []string{"--http-endpoint=" + addr, "--enable-pprof"}
+		// The profiler fetches without a token.
+		extra = []string{"--http-endpoint=" + addr, "--http-endpoint-insecure", "--enable-pprof"}
 	}
 	if w.ctrl, err = w.startController("controller", nil, extra...); err != nil {
 		return nil, err

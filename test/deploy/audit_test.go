@@ -48,11 +48,21 @@ type request struct {
 
 // isWrite tells whether the request changes something.
 func (r request) isWrite() bool {
+	if reviews[r.permission.group+"/"+r.permission.resource] {
+		return false
+	}
 	switch r.verb {
 	case "create", "update", "patch", "delete", "deletecollection":
 		return true
 	}
 	return false
+}
+
+// reviews are created to ask the API server a question, and stored nowhere: every
+// replica, standby or not, asks who scrapes its endpoint and whether it may.
+var reviews = map[string]bool{
+	"authentication.k8s.io/tokenreviews":        true,
+	"authorization.k8s.io/subjectaccessreviews": true,
 }
 
 func (r request) String() string {

@@ -45,11 +45,16 @@ var explainPermissions = []permission{
 }
 
 // explainLeaderPermissions is what explain --from-leader does in the leader's
-// namespace: read the Lease, then ask the pod it names through the API server.
+// namespace: read the Lease, then forward a port to the pod it names through the
+// API server.
 var explainLeaderPermissions = []permission{
 	{"coordination.k8s.io", "leases", "get"},
-	{"", "pods/proxy", "get"},
+	{"", "pods/portforward", "create"},
 }
+
+// explainURL is the leader's path explain --from-leader asks with the user's
+// token, which the ClusterRole grants as a non-resource URL.
+const explainURL = "/debug/explain"
 
 // explainUser is the user name explain runs as in TestExplainReaderRBAC.
 var explainUser = testenv.ServiceAccountUser(controllerNamespace, explainAccount)
@@ -60,9 +65,18 @@ var explainUser = testenv.ServiceAccountUser(controllerNamespace, explainAccount
 func TestExplainReaderRoles(t *testing.T) {
 	clusterRole, role := explainRoles(t)
 	for _, r := range clusterRole.Rules {
+		if len(r.NonResourceURLs) > 0 {
+			if !slices.Equal(r.NonResourceURLs, []string{explainURL}) || !slices.Equal(r.Verbs, []string{"get"}) || len(r.Resources) > 0 {
+				t.Errorf("ClusterRole rule %v: want get on the non-resource URL %s alone", r, explainURL)
+			}
+			continue
+		}
 		if err := narrowRule(r); err != nil {
 			t.Errorf("ClusterRole rule %v: %v", r, err)
 		}
+	}
+	if !slices.ContainsFunc(clusterRole.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.NonResourceURLs, explainURL) }) {
+		t.Errorf("ClusterRole %s does not grant get on %s, which explain --from-leader asks the leader", clusterRole.Name, explainURL)
 	}
 	for _, p := range sortedPermissions(permissions(clusterRole.Rules)) {
 		if !slices.Contains([]string{"get", "list", "watch"}, p.verb) {
@@ -163,8 +177,9 @@ func TestExplainReaderRBAC(t *testing.T) {
 			t.Errorf("explain does not say %q:\n%s", want, stdout)
 		}
 		// The leader runs outside the cluster, so no pod answers at the Lease's
-		// holder: the proxy says not found, having allowed the request, and explain
-		// reads the cluster instead.
+		// holder: the port-forward is not found, having been allowed, and explain
+		// reads the cluster instead. TestEndpointAuthorization asks a leader's
+		// endpoint with this role's token.
 		if strings.Contains(stderr, "forbidden") {
 			t.Errorf("explain was refused something:\n%s", stderr)
 		}

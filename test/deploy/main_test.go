@@ -1,7 +1,8 @@
 // Package deploy tests that the controller is deployable in a cluster: the manifests
 // in manifests/ are accepted by a real kube-apiserver, the RBAC they grant is exactly
 // what the controller needs, and two replicas hand over the leader Lease safely; the
-// explain-reader component lets a user who is no admin run explain.
+// explain-reader component lets a user who is no admin run explain; the Helm chart
+// installs with helm, and its replicas elect a leader and work as the base's do.
 //
 // All tests share one control plane. The controller runs as a child process under
 // the identity of the manifests' ServiceAccount; the API server's audit log records
@@ -31,6 +32,8 @@ var (
 	env *suite.Env
 	// manifests is the path of manifests/.
 	manifests string
+	// chart is the path of the Helm chart, charts/attachdetach-controller.
+	chart string
 )
 
 func TestMain(m *testing.M) {
@@ -40,9 +43,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	manifests = filepath.Join(root, "manifests")
+	chart = filepath.Join(root, "charts", "attachdetach-controller")
 	opts := suite.Options{
 		ControlPlane: testenv.Options{AuditUsers: []string{testenv.ServiceAccountUser(controllerNamespace, controllerAccount), explainUser}},
-		Tools:        []string{binaries.Kubectl},
+		Tools:        []string{binaries.Kubectl, binaries.Helm},
 	}
 	os.Exit(suite.Main(m, opts, func(e *suite.Env) { env = e }))
 }

@@ -46,6 +46,8 @@ var controllerPermissions = []permission{
 	// Pod events through client-go's core/v1 event recorder, which creates an event
 	// and patches it when it repeats.
 	{"", "events", "create"}, {"", "events", "patch"},
+	// The HTTPS endpoint's reviews of a scraper's token and of its permission.
+	{"authentication.k8s.io", "tokenreviews", "create"}, {"authorization.k8s.io", "subjectaccessreviews", "create"},
 }
 
 // leaderElectionPermissions is what client-go's Lease lock does with its Lease, and
@@ -96,6 +98,30 @@ func renderedObjects(t *testing.T, kind string) []*unstructured.Unstructured {
 	return found
 }
 
+// The ClusterRoles of manifests/: the controller's, and the one for scrapers of
+// its /metrics.
+const (
+	controllerClusterRole    = "attachdetach-controller"
+	metricsReaderClusterRole = "attachdetach-controller-metrics-reader"
+)
+
+// renderedClusterRole finds the rendered ClusterRole of that name.
+func renderedClusterRole(t *testing.T, name string) *rbacv1.ClusterRole {
+	t.Helper()
+	for _, obj := range renderedObjects(t, "ClusterRole") {
+		if obj.GetName() != name {
+			continue
+		}
+		role := &rbacv1.ClusterRole{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role); err != nil {
+			t.Fatalf("converting the rendered ClusterRole %s: %v", name, err)
+		}
+		return role
+	}
+	t.Fatalf("manifests/ renders no ClusterRole %s", name)
+	return nil
+}
+
 // renderedObject finds the one rendered object of a kind, converted to its Go type.
 func renderedObject[T any](t *testing.T, kind string, into *T) *T {
 	t.Helper()
@@ -121,19 +147,25 @@ func controllerContainer(t *testing.T) corev1.Container {
 
 var envReference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
-// deploymentArgs returns the container's arguments as the kubelet passes them in a
-// pod of the controller's namespace: with each $(VAR) replaced by the container's
-// environment variable VAR.
+// deploymentArgs returns the arguments of the rendered Deployment's container as the
+// kubelet passes them in a pod of the controller's namespace.
 func deploymentArgs(t *testing.T) []string {
 	t.Helper()
-	c := controllerContainer(t)
+	return containerArgs(t, controllerContainer(t), controllerNamespace)
+}
+
+// containerArgs returns a container's arguments as the kubelet passes them in a pod
+// of the namespace: with each $(VAR) replaced by the container's environment
+// variable VAR.
+func containerArgs(t *testing.T, c corev1.Container, namespace string) []string {
+	t.Helper()
 	vars := map[string]string{}
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
 			vars[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			vars[e.Name] = controllerNamespace
+			vars[e.Name] = namespace
 		}
 	}
 	args := make([]string, len(c.Args))
@@ -263,7 +295,7 @@ func TestProbesAndServiceReachTheServer(t *testing.T) {
 // with what the controller does, and checks they grant nothing on Secrets and no
 // wildcard.
 func TestLeastPrivilege(t *testing.T) {
-	clusterRole := renderedObject(t, "ClusterRole", &rbacv1.ClusterRole{})
+	clusterRole := renderedClusterRole(t, controllerClusterRole)
 	role := renderedObject(t, "Role", &rbacv1.Role{})
 	if role.Namespace != controllerNamespace {
 		t.Errorf("leader-election Role in namespace %q, want %q", role.Namespace, controllerNamespace)

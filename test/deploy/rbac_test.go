@@ -81,7 +81,7 @@ func checkRequestsGranted(t *testing.T, r *replica) {
 	if len(requests) == 0 {
 		t.Fatalf("no request of replica %s in the audit log", r.name)
 	}
-	clusterWide := permissions(renderedObject(t, "ClusterRole", &rbacv1.ClusterRole{}).Rules)
+	clusterWide := permissions(renderedClusterRole(t, controllerClusterRole).Rules)
 	inNamespace := permissions(renderedObject(t, "Role", &rbacv1.Role{}).Rules)
 	used := map[permission]bool{}
 	for _, req := range requests {
@@ -115,7 +115,7 @@ func logUnusedPermissions(t *testing.T, n int, clusterWide, used map[permission]
 // verb missing from the manifests fails the tests above.
 func TestMissingPermissionFails(t *testing.T) {
 	installManifests(t)
-	rules := renderedObject(t, "ClusterRole", &rbacv1.ClusterRole{}).Rules
+	rules := renderedClusterRole(t, controllerClusterRole).Rules
 	cases := []struct {
 		missing permission
 		// exercise makes the controller need the missing permission.

@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -35,9 +37,11 @@ type replica struct {
 }
 
 type replicaOptions struct {
-	// account is the ServiceAccount, in controllerNamespace.
+	// namespace holds the ServiceAccount and the Lease; controllerNamespace if empty.
+	namespace string
+	// account is the ServiceAccount, in namespace.
 	account string
-	// lease, if set, turns leader election on with this Lease in controllerNamespace.
+	// lease, if set, turns leader election on with this Lease in namespace.
 	lease string
 	// args are more flags, such as lease timings. The HTTP server always listens on
 	// a free loopback port.
@@ -48,7 +52,8 @@ type replicaOptions struct {
 // still runs then.
 func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	t.Helper()
-	token, err := env.ServiceAccountToken(t.Context(), controllerNamespace, o.account)
+	namespace := cmp.Or(o.namespace, controllerNamespace)
+	token, err := env.ServiceAccountToken(t.Context(), namespace, o.account)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +68,7 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 	}
 	var args []string
 	if o.lease != "" {
-		args = append(args, "--leader-elect-resource-namespace="+controllerNamespace, "--leader-elect-resource-name="+o.lease)
+		args = append(args, "--leader-elect-resource-namespace="+namespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
 	args = append(append(args, o.args...), "--http-endpoint=127.0.0.1:0")
@@ -72,8 +77,11 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 		Kubeconfig:  kubeconfig,
 		LogFile:     filepath.Join(dir, name+".log"),
 		LeaderElect: o.lease != "",
-		Verbosity:   2,
-		Args:        args,
+		// HTTPS, every path but the probes reviewed by the API server, as
+		// deployed.
+		SecureHTTP: true,
+		Verbosity:  2,
+		Args:       args,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,20 +158,32 @@ func (r *replica) waitStandby() {
 	r.waitLog(`"Another replica leads"`)
 }
 
-// get requests a path of the replica's HTTP server and returns the status code and
-// the body.
+// get requests a path of the replica's HTTPS server without a token and returns
+// the status code and the body.
 func (r *replica) get(path string) (int, []byte) {
+	r.t.Helper()
+	return r.request(http.MethodGet, path, "")
+}
+
+// request sends a request for a path of the replica's HTTPS server, with the
+// bearer token unless it is empty, and returns the status code and the body. The
+// replica's certificate is self-signed, as by default in a pod: it is not checked.
+func (r *replica) request(method, path, token string) (int, []byte) {
 	r.t.Helper()
 	addr := r.waitLog(`"Serving probes and metrics" address="([^"]+)"`)
 	ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, nil)
 	if err != nil {
 		r.t.Fatalf("request for %s: %v", path, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Do(req)
 	if err != nil {
-		r.t.Fatalf("getting %s of replica %s: %v", path, r.name, err)
+		r.t.Fatalf("%s %s of replica %s: %v", method, path, r.name, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -176,7 +196,7 @@ func (r *replica) get(path string) (int, []byte) {
 // leaderGauge reads attachdetach_controller_leader from the replica's /metrics.
 func (r *replica) leaderGauge() float64 {
 	r.t.Helper()
-	code, body := r.get("/metrics")
+	code, body := r.request(http.MethodGet, "/metrics", metricsReaderToken(r.t))
 	if code != http.StatusOK {
 		r.t.Fatalf("replica %s answered /metrics with %d", r.name, code)
 	}

@@ -14,13 +14,17 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simcheck"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simtrace"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 )
 
 // controllers runs one controller incarnation after another, as a Deployment
 // whose pod is killed and replaced: each on a client of its own, fenced the
 // instant it is killed, so that its goroutines still winding down write nothing
-// more.
+// more. With the plan's leaseOverlap, an incarnation at a kill time loses its
+// lease instead: its context ends but its client stays open, the next leader
+// starts once the lease has expired, and every write the old one sends from the
+// loss on is a violation.
 type controllers struct {
 	store   *fakeapi.Store
 	plan    *plan
@@ -30,8 +34,10 @@ type controllers struct {
 	mu      sync.Mutex
 	n       int
 	current *incarnation
-	stopped bool
-	running sync.WaitGroup
+	// lingering are the incarnations that lost their lease, fenced at the end.
+	lingering []*incarnation
+	stopped   bool
+	running   sync.WaitGroup
 }
 
 type incarnation struct {
@@ -54,9 +60,12 @@ func (cs *controllers) start() {
 	name := cs.name(id)
 	client := cs.store.NewClient(fakeapi.ClientOptions{
 		Name:    name,
-		Faults:  faults{p: cs.plan, incarnation: id},
+		Faults:  newFaults(cs.plan, id, cs.trace.Addf),
 		OnCrash: func() { cs.kill(id, "killed at the instant its write was applied") },
 		Logf:    cs.trace.Addf,
+		OnWriteAfterStop: func(r fakeapi.Request) {
+			cs.checker.Violate("INVARIANT write-after-stop: %s sent %s after its lease was lost", name, r)
+		},
 	})
 	api := client.Interface()
 	factory := controller.NewInformerFactory(api)
@@ -65,6 +74,7 @@ func (cs *controllers) start() {
 		panic(fmt.Sprintf("simulation: controller.New: %v", err))
 	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), cs.trace.Logger(name, 4)))
+	ctx = interleave.WithScheduler(ctx, newScheduler(cs.plan, id, ctx.Done()))
 	cs.current = &incarnation{id: id, client: client, cancel: cancel}
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {
@@ -97,19 +107,49 @@ func (cs *controllers) kill(id int, why string) {
 	if cs.stopped {
 		return
 	}
-	pause := time.Duration(faults{p: cs.plan, incarnation: id}.rng("restart").Int64N(int64(5 * time.Second)))
+	pause := time.Duration(cs.plan.rng("restart", id).Int64N(int64(5 * time.Second)))
 	cs.running.Go(func() {
 		time.Sleep(pause)
 		cs.start()
 	})
 }
 
-// killCurrent kills whichever incarnation runs.
+// loseLease makes incarnation id, if it is the one running, lose its lease: it
+// stops, unfenced, and the next leader starts once the lease expired (5 s after
+// the renew deadline, with the default lease duration and renew deadline) and a
+// retry later.
+func (cs *controllers) loseLease(id int) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cur := cs.current
+	if cur == nil || cur.id != id {
+		return
+	}
+	cur.client.Stop()
+	cur.cancel()
+	cs.current = nil
+	cs.trace.Addf("%s: lost its lease", cs.name(id))
+	if cs.stopped {
+		return
+	}
+	pause := 5*time.Second + time.Duration(cs.plan.rng("restart", id).Int64N(int64(2*time.Second)))
+	cs.lingering = append(cs.lingering, cur)
+	cs.running.Go(func() {
+		time.Sleep(pause)
+		cs.start()
+	})
+}
+
+// killCurrent kills whichever incarnation runs, or makes it lose its lease.
 func (cs *controllers) killCurrent(why string) {
 	cs.mu.Lock()
 	cur := cs.current
 	cs.mu.Unlock()
-	if cur != nil {
+	switch {
+	case cur == nil:
+	case cs.plan.leaseOverlap:
+		cs.loseLease(cur.id)
+	default:
 		cs.kill(cur.id, why)
 	}
 }
@@ -119,6 +159,9 @@ func (cs *controllers) stop() {
 	cs.mu.Lock()
 	cs.stopped = true
 	cur := cs.current
+	for _, old := range cs.lingering {
+		old.client.Fence()
+	}
 	cs.mu.Unlock()
 	if cur != nil {
 		cs.kill(cur.id, "stopped at the end of the seed")

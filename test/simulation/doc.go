@@ -3,24 +3,49 @@
 // world per seed, with faults injected, and checks the safety rules after every
 // write and convergence at the end of each seed.
 //
-//	go test ./test/simulation                          # 2,000 seeds (CI)
+//	go test ./test/simulation                          # 2,000 seeds (CI) and the regression seeds
 //	go test ./test/simulation -short                   # 200 seeds
 //	go test ./test/simulation -seeds=100000 -timeout=0 # soak
 //	go test ./test/simulation -run TestSimulation -seed=1234 -v
+//	go test ./test/simulation -run TestSimulation -v -args -seed=1234 -trace=100000 # the whole trace
+//
+// (-trace is also a flag of go test itself: pass it after -args.)
 //
 // A seed runs inside a testing/synctest bubble: time is simulated (a seed covers
 // several minutes of cluster time in a fraction of a second) and advances only
 // when every goroutine is blocked. The world (workload, kubelets, external-attacher,
-// pod garbage collection, controller kills at set times) runs on one goroutine and
-// draws every choice from the seed, waiting before each step until the controller
-// has nothing left to do at that instant; faults are drawn from a hash of the seed
-// and the identity of each request or watch event, not from the order requests
-// arrive in. What is not reproducible is the order in which the controller's own
-// goroutines run within one instant (several workers, informers, the status
-// updater): a seed that fails because of such a race may need a few runs, or
-// -count, to fail again, and its trace may differ in detail.
+// pod garbage collection, the cloud provider's shutdown taint, another tool
+// copying VolumeAttachments, controller kills and lease losses at set times) runs
+// on one goroutine and draws every choice from the seed, waiting before each step
+// until the controller has nothing left to do at that instant.
+//
+// Each seed draws a configuration: the periodic pass off
+// (--disable-attach-detach-reconcile-sync), the simulated CSI driver never
+// force-detached on the unmount timeout, --detach-on-shutdown-taint, and leases
+// lost rather than controllers killed, so that a new leader starts while the old
+// one winds down, its client still open: every write the old one sends after the
+// loss is a violation (write-after-stop).
+//
+// Faults are drawn from a hash of the seed and the identity of each request or
+// watch event, not from the order requests arrive in: errors and delays on
+// writes, and on reads (gets, quorum lists, informer lists and relists); a write
+// of unknown outcome may start an outage in which every read of its resource
+// fails; a new incarnation's informers each list a state of the past (a watch
+// cache behind etcd) and hold back, each for its own time, the changes since.
+//
+// The controller's goroutines meet at named points (package interleave): informer
+// event handlers, the periodic pass before it records what the VolumeAttachment
+// informer holds, the workers of each queue, and an operation's creates and
+// deletes. There a goroutine sleeps for a time drawn from the seed,
+// the point, the item and how often that item came there: microseconds apart, so
+// that the goroutines meeting within one instant go on one at a time in an order
+// the seed chose, and at times for seconds, so that the world and the other
+// goroutines run in the window. Most failing seeds fail again on every run; the
+// order of what runs between meeting points within one instant is still the Go
+// scheduler's, so a few fail only on some runs (-count=10 finds them again).
 //
 // A failing seed prints the violation, the last lines of its trace (world steps,
 // every write applied to the API and by whom, every fault, the controller's log)
-// and the command that runs it again.
+// and the command that runs it again. Seeds that found a defect stay in
+// TestRegressionSeeds (seeds_test.go).
 package simulation

@@ -80,7 +80,7 @@ func runSeeds(t *testing.T, first, count int64) {
 				// Simulated time stops if a goroutine waits on a mutex held by one
 				// that sleeps: nothing in the bubble can end the seed then.
 				debug.SetTraceback("all")
-				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
+				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
 					seed, *stallFlag, trace.Load(), seed))
 			})
 			defer watchdog.Stop()
@@ -89,7 +89,7 @@ func runSeeds(t *testing.T, first, count int64) {
 				// blocked once the seed ended: something the controller started
 				// was never stopped.
 				if r := recover(); r != nil {
-					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
+					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
 						seed, r, *traceFlag, trace.Load(), leftovers(), seed)
 				}
 			}()
@@ -123,16 +123,20 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	trace := simtrace.New(*traceFlag)
 	shared.Store(trace)
 	mounts := simworld.NewMounts()
-	checker := simcheck.New(p.opts.MaxWaitForUnmount, p.maxDelay, mounts, func(v string) { trace.Addf("%s", v) })
+	checker := simcheck.New(simcheck.Rules{
+		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
+		NeverForce:            p.neverForced,
+		DetachOnShutdownTaint: p.opts.DetachOnShutdownTaint,
+	}, mounts, func(v string) { trace.Addf("%s", v) })
 	store := fakeapi.NewStore(func(r fakeapi.Reader, w fakeapi.Write) {
 		trace.Addf("write: %s", describeWrite(w))
 		checker.Observe(r, w)
 	})
-	trace.Addf("seed %d: %d nodes, %d volumes, changes for %s, request faults %.2f (crashes %.2f), event delays %.2f (up to %s), watch resumes %.2f, expiries %.2f, attach/detach failures %.1f/%.1f, kills at %v",
-		seed, p.nodes, p.volumes, p.workload, p.requestFaults, p.crashes, p.delayEvents, p.maxEventDelay, p.resumeWatch, p.expireWatch, p.attachFailure, p.detachFailure, p.kills)
+	trace.Addf("seed %d: %s", seed, p.describe())
 	world := simworld.New(store, mounts, rng, simworld.Config{
 		Nodes: p.nodes, Volumes: p.volumes,
 		AttachFailure: p.attachFailure, DetachFailure: p.detachFailure, SlowAttach: p.slowAttach,
+		Copies: p.copies,
 		Settle: synctest.Wait,
 		Logf:   trace.Addf,
 	})
@@ -153,7 +157,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		world.StopChanges()
 		p.faultsOn.Store(false)
 		trace.Addf("faults stop")
-		diffs = converge(world, store, cs, failed)
+		diffs = converge(world, store, cs, p, failed)
 	}
 	cs.stop()
 	var state string
@@ -167,21 +171,21 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		if len(diffs) > 0 {
 			fmt.Fprintf(&b, "CONVERGENCE: not converged %s after changes stopped:\n  %s\n", convergeWithin, strings.Join(diffs, "\n  "))
 		}
-		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: the order of goroutines within one instant is not reproducible)",
+		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
 			seed, b.String(), *traceFlag, trace.String(), state, seed)
 	}
 }
 
 // converge lets the world run until the API is in the converged state at two
 // checks 5 s apart, and returns what still differs if it is not by the deadline.
-func converge(world *simworld.World, store *fakeapi.Store, cs *controllers, failed func() bool) []string {
+func converge(world *simworld.World, store *fakeapi.Store, cs *controllers, p *plan, failed func() bool) []string {
 	deadline := time.Now().Add(convergeWithin)
 	var diffs []string
 	streak := 0
 	for time.Now().Before(deadline) && !failed() {
 		cs.start()
 		world.RunUntil(time.Now().Add(5 * time.Second))
-		store.Read(func(r fakeapi.Reader) { diffs = simcheck.Converged(r) })
+		store.Read(func(r fakeapi.Reader) { diffs = simcheck.Converged(r, p.neverForced) })
 		if len(diffs) > 0 {
 			streak = 0
 			continue

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 // driverPolicies is the value of --max-wait-for-unmount-per-driver:
@@ -36,6 +39,10 @@ func (p *driverPolicies) Set(value string) error {
 		if !ok || driver == "" {
 			return fmt.Errorf("%q is not DRIVER=DURATION or DRIVER=never", item)
 		}
+		if !namesVolumes(driver) {
+			return fmt.Errorf("driver %q names no volume: want a CSI driver name (a DNS-1123 subdomain of at most 63 characters) or %s or %s",
+				driver, volumename.PluginISCSI, volumename.PluginFC)
+		}
 		if _, dup := out[driver]; dup {
 			return fmt.Errorf("driver %s is given twice", driver)
 		}
@@ -51,4 +58,15 @@ func (p *driverPolicies) Set(value string) error {
 	}
 	*p = out
 	return nil
+}
+
+// namesVolumes tells whether volumes of the driver can exist: the API server takes
+// a CSI driver name of at most 63 characters that is a DNS-1123 subdomain once
+// lowercased, and the in-tree volumes this controller attaches are iSCSI and Fibre
+// Channel. A policy for anything else would silently apply to nothing.
+func namesVolumes(driver string) bool {
+	if driver == volumename.PluginISCSI || driver == volumename.PluginFC {
+		return true
+	}
+	return len(driver) <= 63 && len(validation.IsDNS1123Subdomain(strings.ToLower(driver))) == 0
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -41,7 +44,8 @@ type ExplainOptions struct {
 	Output string
 	Target explain.Target
 	// FromLeader asks the running leader; LeaderURL is where it listens (empty:
-	// through the API server's proxy to the pod the Lease names, on LeaderPort).
+	// through a port-forward of the API server to the pod the Lease names, on
+	// LeaderPort).
 	FromLeader     bool
 	LeaderURL      string
 	LeaderPort     int
@@ -75,14 +79,20 @@ func RunExplain(ctx context.Context, o *ExplainOptions, stdout, stderr io.Writer
 		}
 		o.Target.Namespace = ns
 	}
-	client, err := readOnlyClient(o.Config, "attachdetach-controller-explain")
+	userConfig, err := o.Config.ToRESTConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	userConfig = rest.CopyConfig(userConfig)
+	userConfig.UserAgent = "attachdetach-controller-explain"
+	client, err := readOnlyClient(o.Config, userConfig.UserAgent)
 	if err != nil {
 		return err
 	}
 	var report explain.Report
 	if o.FromLeader {
 		leaderCtx, cancelLeader := context.WithTimeout(ctx, leaderTimeout)
-		report, err = askLeader(leaderCtx, client, o)
+		report, err = askLeader(leaderCtx, client, userConfig, o)
 		cancelLeader()
 		if err != nil {
 			fmt.Fprintf(stderr, "Could not ask the leader (%v); reading the cluster instead.\n", err)
@@ -147,16 +157,25 @@ func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain
 	return c.Explain(infoCtx, t, false)
 }
 
-// askLeader gets the leader's explanation from its HTTP endpoint.
-func askLeader(ctx context.Context, client kubernetes.Interface, o *ExplainOptions) (explain.Report, error) {
+// askLeader gets the leader's explanation from its HTTP endpoint. Over HTTPS it
+// sends the user's credentials from userConfig, which the leader has the API
+// server review: the user needs get on the non-resource URL /debug/explain.
+func askLeader(ctx context.Context, client kubernetes.Interface, userConfig *rest.Config, o *ExplainOptions) (explain.Report, error) {
 	query := url.Values{"target": {string(o.Target.Kind) + "/" + o.Target.Name}, "namespace": {o.Target.Namespace}}
-	var body []byte
-	var err error
-	if o.LeaderURL != "" {
-		body, err = httpGet(ctx, strings.TrimSuffix(o.LeaderURL, "/")+ExplainPath+"?"+query.Encode())
-	} else {
-		body, err = proxyGet(ctx, client, o, query)
+	base := strings.TrimSuffix(o.LeaderURL, "/")
+	if base == "" {
+		pod, err := leaderPod(ctx, client, o)
+		if err != nil {
+			return explain.Report{}, err
+		}
+		local, stop, err := portForward(ctx, userConfig, client, o.LeaseNamespace, pod, o.LeaderPort)
+		if err != nil {
+			return explain.Report{}, err
+		}
+		defer stop()
+		base = "https://" + local
 	}
+	body, err := leaderGet(ctx, userConfig, base+ExplainPath+"?"+query.Encode())
 	if err != nil {
 		return explain.Report{}, err
 	}
@@ -167,12 +186,24 @@ func askLeader(ctx context.Context, client kubernetes.Interface, o *ExplainOptio
 	return r, nil
 }
 
-func httpGet(ctx context.Context, u string) ([]byte, error) {
+// leaderGet gets u: over HTTPS with the credentials of userConfig, not checking
+// the leader's certificate, which is self-signed unless the deployment gives
+// one; over plain HTTP with no credentials at all.
+func leaderGet(ctx context.Context, userConfig *rest.Config, u string) ([]byte, error) {
+	httpClient := http.DefaultClient
+	if strings.HasPrefix(u, "https://") {
+		cfg := rest.CopyConfig(userConfig)
+		cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true}
+		var err error
+		if httpClient, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, fmt.Errorf("creating the client for the leader: %w", err)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -187,21 +218,55 @@ func httpGet(ctx context.Context, u string) ([]byte, error) {
 	return body, nil
 }
 
-// proxyGet reaches the pod the Lease names through the API server's proxy.
-func proxyGet(ctx context.Context, client kubernetes.Interface, o *ExplainOptions, query url.Values) ([]byte, error) {
+// leaderPod is the pod the Lease names as its holder.
+func leaderPod(ctx context.Context, client kubernetes.Interface, o *ExplainOptions) (string, error) {
 	lease, err := client.CoordinationV1().Leases(o.LeaseNamespace).Get(ctx, o.LeaseName, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("reading the leader Lease %s/%s: %w", o.LeaseNamespace, o.LeaseName, err)
+		return "", fmt.Errorf("reading the leader Lease %s/%s: %w", o.LeaseNamespace, o.LeaseName, err)
 	}
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		return nil, fmt.Errorf("the Lease %s/%s names no leader", o.LeaseNamespace, o.LeaseName)
+		return "", fmt.Errorf("the Lease %s/%s names no leader", o.LeaseNamespace, o.LeaseName)
 	}
 	pod, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
-	params := map[string]string{}
-	for k := range query {
-		params[k] = query.Get(k)
+	return pod, nil
+}
+
+// portForward forwards a free port of 127.0.0.1 to the pod's port through the
+// API server (create on pods/portforward), as kubectl port-forward does, and
+// returns its host:port. The API server's proxy (pods/proxy) would not do: it
+// drops the user's credentials, and the leader would see an anonymous request.
+func portForward(ctx context.Context, userConfig *rest.Config, client kubernetes.Interface, namespace, pod string, port int) (local string, stop func(), err error) {
+	transport, upgrader, err := spdy.RoundTripperFor(userConfig)
+	if err != nil {
+		return "", nil, fmt.Errorf("setting up the port-forward: %w", err)
 	}
-	return client.CoreV1().Pods(o.LeaseNamespace).ProxyGet("http", pod, strconv.Itoa(o.LeaderPort), ExplainPath, params).DoRaw(ctx)
+	u := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	forwardCtx, cancel := context.WithCancel(ctx)
+	ready := make(chan struct{})
+	var errOut strings.Builder
+	fw, err := portforward.NewOnAddressesWithContext(forwardCtx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, &errOut)
+	if err != nil {
+		cancel()
+		return "", nil, fmt.Errorf("setting up the port-forward: %w", err)
+	}
+	failed := make(chan error, 1)
+	go func() { failed <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-failed:
+		cancel()
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: %w", namespace, pod, err)
+	case <-ctx.Done():
+		cancel()
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: %w", namespace, pod, ctx.Err())
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) != 1 {
+		cancel()
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %v", namespace, pod, err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), cancel, nil
 }
 
 func writeReport(w io.Writer, r explain.Report, format string) error {

@@ -19,8 +19,14 @@ import (
 type Options struct {
 	Kubeconfig   string
 	HTTPEndpoint string
-	EnablePprof  bool
-	Controller   controller.Options
+	// HTTPEndpointInsecure serves HTTPEndpoint over plain HTTP with no
+	// authentication; else it is HTTPS, with the certificate in the TLS files or
+	// one generated at start.
+	HTTPEndpointInsecure bool
+	TLSCertFile          string
+	TLSPrivateKeyFile    string
+	EnablePprof          bool
+	Controller           controller.Options
 
 	// ContentType is the encoding of every request and watch to the API server.
 	ContentType string
@@ -68,10 +74,18 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	addLoggingFlags(fs, o.Logging)
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster configuration.")
-	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080", "host:port of the HTTP server for /healthz, /readyz and /metrics, as the CSI sidecars name it. Empty: no server.")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", ":8080",
+		"host:port of the HTTPS server for /healthz, /readyz, /metrics and /debug/explain, as the CSI sidecars name it. "+
+			"Every path but the probes needs a bearer token the API server accepts (TokenReview) and RBAC permission for the path (SubjectAccessReview: get, or put for PUT). Empty: no server.")
+	fs.BoolVar(&o.HTTPEndpointInsecure, "http-endpoint-insecure", false,
+		"Serve --http-endpoint over plain HTTP with no authentication and no authorization: anyone who reaches it reads /metrics and /debug/explain "+
+			"(which pods use which volumes on which nodes), and with --enable-pprof the profiles and -v. For a developer's machine only.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "",
+		"PEM certificate (chain) of --http-endpoint; reread when the file changes. Empty: a self-signed certificate generated in memory at start.")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", "", "PEM private key of --tls-cert-file.")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", false,
-		"Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-endpoint, as the CSI sidecars name it, and take a new -v with PUT /debug/flags/v. "+
-			"Anyone who reaches the endpoint can read the profiles and change the verbosity.")
+		"Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-endpoint, as the CSI sidecars name it, and take a new -v with PUT /debug/flags/v, "+
+			"to those the API server allows get (profiles) or put (-v) on these paths.")
 	addDetachPolicyFlags(fs, &o.Controller)
 	fs.DurationVar(&o.Controller.SyncPeriod, "attach-detach-reconcile-sync-period", o.Controller.SyncPeriod,
 		"Period of the full safety pass that re-evaluates every pod, volume and node; at least 1s.")
@@ -151,6 +165,12 @@ func (o *Options) Validate() error {
 	}
 	if o.EnablePprof && o.HTTPEndpoint == "" {
 		errs = append(errs, errors.New("--enable-pprof needs an --http-endpoint to serve on"))
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together"))
+	}
+	if o.TLSCertFile != "" && (o.HTTPEndpointInsecure || o.HTTPEndpoint == "") {
+		errs = append(errs, errors.New("--tls-cert-file needs an --http-endpoint served over HTTPS, without --http-endpoint-insecure"))
 	}
 	if o.KubeAPIQPS <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS))

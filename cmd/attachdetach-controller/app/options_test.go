@@ -72,6 +72,15 @@ func TestParseFlags(t *testing.T) {
 		{name: "content type neither protobuf nor JSON", args: []string{"--kube-api-content-type=application/yaml"},
 			wantErr: `--kube-api-content-type must be application/vnd.kubernetes.protobuf or application/json, got "application/yaml"`},
 		{name: "pprof without an HTTP server", args: []string{"--enable-pprof", "--http-endpoint="}, wantErr: "--enable-pprof needs an --http-endpoint"},
+		{name: "a certificate without its key", args: []string{"--tls-cert-file=tls.crt"}, wantErr: "--tls-cert-file and --tls-private-key-file go together"},
+		{name: "a key without its certificate", args: []string{"--tls-private-key-file=tls.key"}, wantErr: "--tls-cert-file and --tls-private-key-file go together"},
+		{name: "a certificate for plain HTTP", args: []string{"--tls-cert-file=tls.crt", "--tls-private-key-file=tls.key", "--http-endpoint-insecure"},
+			wantErr: "--tls-cert-file needs an --http-endpoint served over HTTPS"},
+		{name: "HTTPS unless plain HTTP is asked for", args: nil, check: func(t *testing.T, o *Options) {
+			if o.HTTPEndpointInsecure || o.TLSCertFile != "" || o.TLSPrivateKeyFile != "" {
+				t.Errorf("insecure %v, certificate %q, key %q; want HTTPS with a generated certificate", o.HTTPEndpointInsecure, o.TLSCertFile, o.TLSPrivateKeyFile)
+			}
+		}},
 		{name: "the old --bind-address is gone", args: []string{"--bind-address=:8080"}, wantErr: "flag provided but not defined"},
 		{name: "help", args: []string{"--help"}, wantErr: "help requested"},
 		{name: "zero operation timeout", args: []string{"--operation-timeout=0"}, wantErr: "operation timeout must be positive"},

@@ -141,8 +141,10 @@ func explainFlagGroups(o *ExplainOptions) []flagGroup {
 	leader := pflag.NewFlagSet("leader", pflag.ContinueOnError)
 	leader.BoolVar(&o.FromLeader, "from-leader", false,
 		"Ask the running leader, which also knows the operations in progress, backoffs and when each wait for unmount began; falls back to reading the cluster when it cannot be reached.")
-	leader.StringVar(&o.LeaderURL, "leader-url", "", "Base URL of the leader's --http-endpoint (default: through the API server's proxy to the pod the Lease names).")
-	leader.IntVar(&o.LeaderPort, "leader-port", 8080, "Port of the leader pod's --http-endpoint, for the API server's proxy.")
+	leader.StringVar(&o.LeaderURL, "leader-url", "",
+		"Base URL of the leader's --http-endpoint: https://HOST:PORT, asked with the kubeconfig's credentials, or http://HOST:PORT of a leader run with --http-endpoint-insecure, asked without "+
+			"(default: https through a port-forward of the API server to the pod the Lease names).")
+	leader.IntVar(&o.LeaderPort, "leader-port", 8080, "Port of the leader pod's --http-endpoint, for the port-forward.")
 	leader.StringVar(&o.LeaseNamespace, "leader-elect-resource-namespace", "attachdetach-controller", "Namespace of the leader Lease, and of the leader's pod.")
 	leader.StringVar(&o.LeaseName, "leader-elect-resource-name", "attachdetach-controller", "Name of the leader Lease.")
 

@@ -90,11 +90,11 @@ func Run(ctx context.Context, o *Options) error {
 			explainer: explainHandler(running.Load),
 			pprof:     o.EnablePprof,
 		}
-		srv, err := serve(ctx, o.HTTPEndpoint, endpoints.handler())
+		stop, err := serveEndpoints(ctx, o, endpoints.handler())
 		if err != nil {
 			return err
 		}
-		defer shutdown(srv)
+		defer stop()
 	}
 
 	// The informers run for the whole process, from before the election: a standby
@@ -357,24 +357,49 @@ func (e httpEndpoints) handler() http.Handler {
 	return mux
 }
 
-// serve starts the HTTP server on addr.
-func serve(ctx context.Context, addr string, handler http.Handler) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
+// serveEndpoints serves handler on --http-endpoint: over HTTPS, every request
+// but the probes authenticated and authorized by the API server, or, with
+// --http-endpoint-insecure, over plain HTTP to anyone. stop stops the server and
+// waits for it.
+func serveEndpoints(ctx context.Context, o *Options, handler http.Handler) (stop func(), err error) {
+	ln, err := net.Listen("tcp", o.HTTPEndpoint)
 	if err != nil {
-		return nil, fmt.Errorf("listening on --http-endpoint %s: %w", addr, err)
+		return nil, fmt.Errorf("listening on --http-endpoint %s: %w", o.HTTPEndpoint, err)
 	}
+	if o.HTTPEndpointInsecure {
+		return serveInsecure(ctx, ln, handler), nil
+	}
+	auth, err := newDelegatedAuth(o.Kubeconfig)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	serveCtx, cancel := context.WithCancel(ctx)
+	done, err := serveSecure(serveCtx, ln, o.TLSCertFile, o.TLSPrivateKeyFile, auth.wrap(handler))
+	if err != nil {
+		cancel()
+		_ = ln.Close()
+		return nil, err
+	}
+	return func() {
+		cancel()
+		<-done
+	}, nil
+}
+
+// serveInsecure serves handler over plain HTTP on ln, with no authentication.
+func serveInsecure(ctx context.Context, ln net.Listener, handler http.Handler) (stop func()) {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.FromContext(ctx).Error(err, "HTTP server stopped")
 		}
 	}()
-	klog.FromContext(ctx).Info("Serving probes and metrics", "address", ln.Addr().String())
-	return srv, nil
-}
-
-func shutdown(srv *http.Server) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
+	klog.FromContext(ctx).Info("Serving probes and metrics", "address", ln.Addr().String(), "scheme", "http",
+		"warning", "--http-endpoint-insecure: anyone who reaches the address reads metrics and explanations, without authentication")
+	return func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}
 }

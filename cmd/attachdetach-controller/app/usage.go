@@ -23,11 +23,14 @@ var kcmFlags = map[string]bool{
 	"leader-elect-resource-name":           true,
 	"leader-elect-resource-namespace":      true,
 	"version":                              true,
+	"tls-cert-file":                        true,
+	"tls-private-key-file":                 true,
 }
 
 // ownFlags are the flags kube-controller-manager does not have.
 var ownFlags = map[string]bool{
 	"http-endpoint":                   true,
+	"http-endpoint-insecure":          true,
 	"enable-pprof":                    true,
 	"max-wait-for-unmount":            true,
 	"max-wait-for-unmount-per-driver": true,
