@@ -492,3 +492,39 @@ func TestForgetDropsTheWrittenList(t *testing.T) {
 		t.Errorf("Sync after Forget sent %d patches, want 1 (the informer copy is all it has)", n)
 	}
 }
+
+// TestSyncOfCSIVolumesOnlyNeedsNoPrecondition: only the entries of in-tree iSCSI
+// and Fibre Channel volumes, whose only record is node status, make a patch
+// depend on the node's resourceVersion; a node with CSI volumes alone is patched
+// without one.
+func TestSyncOfCSIVolumesOnlyNeedsNoPrecondition(t *testing.T) {
+	tests := []struct {
+		name     string
+		listed   []v1.AttachedVolume
+		attached []volumename.UniqueName
+		want     string
+	}{
+		{"one added", []v1.AttachedVolume{csiEntry(volA)}, []volumename.UniqueName{volA, volB},
+			`{"status":{"volumesAttached":[{"name":"kubernetes.io/csi/d^a","devicePath":""},{"name":"kubernetes.io/csi/d^b","devicePath":""}]}}`},
+		{"one removed", []v1.AttachedVolume{csiEntry(volA), csiEntry(volB)}, []volumename.UniqueName{volB},
+			`{"status":{"volumesAttached":[{"name":"kubernetes.io/csi/d^b","devicePath":""}]}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, managedNode("1", tc.listed...), managedNode("1", tc.listed...))
+			for _, v := range tc.attached {
+				h.attach(v, true)
+			}
+			if err := h.updater.Sync(context.Background(), nodeName); err != nil {
+				t.Fatal(err)
+			}
+			patches := h.patches(t)
+			if len(patches) != 1 {
+				t.Fatalf("sent %d patches, want 1", len(patches))
+			}
+			if got := string(patches[0].GetPatch()); got != tc.want {
+				t.Errorf("patch = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
