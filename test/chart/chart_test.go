@@ -9,9 +9,7 @@ package chart
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,9 +17,9 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/manifest"
 )
 
 // release and namespace give the chart's objects the base's names.
@@ -96,21 +94,11 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 // decode reads a stream of YAML documents.
 func decode(t *testing.T, stream string) []*unstructured.Unstructured {
 	t.Helper()
-	decoder := yaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("decoding rendered objects: %v", err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
+	objs, err := manifest.Decode(stream)
+	if err != nil {
+		t.Fatalf("reading rendered objects: %v", err)
 	}
+	return objs
 }
 
 // find returns the one rendered object of a kind.

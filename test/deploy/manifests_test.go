@@ -3,7 +3,6 @@ package deploy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,7 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/manifest"
 )
 
 // controllerPermissions is everything the controller does with the API outside its
@@ -69,21 +69,11 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decoder := yaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("decoding the rendered manifests: %v", err)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
+	objs, err := manifest.Decode(out)
+	if err != nil {
+		t.Fatalf("reading the rendered manifests: %v", err)
 	}
+	return objs
 }
 
 // renderedObjects returns the rendered objects of a kind.

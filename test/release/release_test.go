@@ -22,12 +22,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/binaries"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/manifest"
 )
 
 const (
@@ -248,17 +247,12 @@ func checkInstallYAML(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decoder := yaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
+	objs, err := manifest.Decode(string(data))
+	if err != nil {
+		t.Fatalf("install.yaml: %v", err)
+	}
 	var kinds []string
-	for {
-		obj := &unstructured.Unstructured{}
-		err := decoder.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("install.yaml: %v", err)
-		}
+	for _, obj := range objs {
 		kinds = append(kinds, obj.GetKind())
 		if obj.GetKind() != "Deployment" {
 			continue
