@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,19 +56,32 @@ func TestHelmChartInstallsAndLeads(t *testing.T) {
 	checkNoRefusals(t, []*replica{a, b})
 }
 
-// helmInstall installs (or upgrades) the chart with its default values as a
-// cluster admin would, creating the namespace, and waits for nothing: no pod of it
-// runs in the test's control plane.
+// helmInstall packages the chart as hack/release.sh does and installs (or
+// upgrades) that package with its default values as a cluster admin would,
+// creating the namespace, and waits for nothing: no pod of it runs in the test's
+// control plane.
 func helmInstall(t *testing.T, release, namespace string) {
 	t.Helper()
-	home := t.TempDir()
-	cmd := exec.CommandContext(t.Context(), env.Tool(binaries.Helm), "upgrade", "--install", release, chart,
+	home, packaged := t.TempDir(), t.TempDir()
+	helm(t, home, "package", chart, "--destination", packaged)
+	archives, err := filepath.Glob(filepath.Join(packaged, "*.tgz"))
+	if err != nil || len(archives) != 1 {
+		t.Fatalf("helm package wrote %v (%v), want one chart archive", archives, err)
+	}
+	out := helm(t, home, "upgrade", "--install", release, archives[0],
 		"--namespace", namespace, "--create-namespace", "--kubeconfig", env.AdminKubeconfig)
+	t.Logf("helm upgrade --install %s %s: %s", release, filepath.Base(archives[0]), out)
+}
+
+// helm runs the cached helm with its configuration, cache and data in home.
+func helm(t *testing.T, home string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), env.Tool(binaries.Helm), args...)
 	cmd.Env = append(cmd.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, out.String())
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
 	}
-	t.Logf("helm upgrade --install %s: %s", release, strings.TrimSpace(out.String()))
+	return strings.TrimSpace(out.String())
 }
