@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
@@ -20,17 +21,24 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
-// runningController runs a controller with the periodic pass off on a fake API
-// server holding objs, and returns once it reconciles.
-func runningController(t *testing.T, objs ...runtime.Object) *Controller {
+// newControllerWithoutPass makes a controller with the periodic pass off on
+// client.
+func newControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Controller {
 	t.Helper()
-	client := fake.NewClientset(objs...)
 	opts := DefaultOptions()
 	opts.DisableSync = true
 	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1000), metrics.New(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// runningController runs a controller with the periodic pass off on a fake API
+// server holding objs, and returns once it reconciles.
+func runningController(t *testing.T, objs ...runtime.Object) *Controller {
+	t.Helper()
+	c := newControllerWithoutPass(t, fake.NewClientset(objs...))
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})
@@ -112,13 +120,7 @@ func (e *countingExecutor) ForgetExpired() {
 // failures are forgotten on their own schedule, not by the periodic pass, which
 // may be off.
 func TestBackoffEntriesExpireWithoutThePeriodicPass(t *testing.T) {
-	client := fake.NewClientset()
-	opts := DefaultOptions()
-	opts.DisableSync = true
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newControllerWithoutPass(t, fake.NewClientset())
 	counting := &countingExecutor{Executor: c.executor}
 	c.executor = counting
 	c.backoffExpiry = 20 * time.Millisecond

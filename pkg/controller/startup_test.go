@@ -12,12 +12,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -64,17 +61,12 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 		}
 	}()
 
-	opts := DefaultOptions()
-	opts.DisableSync = true
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newControllerWithoutPass(t, client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Cleanup(c.factory.Shutdown)
 	var onA, onB []volumename.UniqueName
-	err = c.Run(ctx, func() {
+	err := c.Run(ctx, func() {
 		onA, onB = c.actual.ReportedVolumes("node-a"), c.actual.ReportedVolumes("node-b")
 		cancel()
 	})
@@ -138,17 +130,12 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 				}
 			}()
 
-			opts := DefaultOptions()
-			opts.DisableSync = true
-			c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := newControllerWithoutPass(t, client)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			t.Cleanup(c.factory.Shutdown)
 			wasCurrent := false
-			err = c.Run(ctx, func() {
+			err := c.Run(ctx, func() {
 				wasCurrent = tc.current(c)
 				cancel()
 			})

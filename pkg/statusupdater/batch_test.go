@@ -184,16 +184,7 @@ func TestConfirmAskedWhileAWriteIsOnItsWay(t *testing.T) {
 	h := newHarness(t, both, both.DeepCopy())
 	h.attach(volA, true)
 	h.attach(volB, true)
-	blocked := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		once.Do(func() {
-			close(blocked)
-			<-release
-		})
-		return false, nil, nil
-	})
+	blocked, release := h.holdFirstPatch()
 	h.updater.Enqueue(nodeName)
 	<-blocked
 	h.actual.HideForDetach(volB, nodeName, cache.NotForced)
@@ -273,16 +264,7 @@ func TestConfirmWithoutAnAnswer(t *testing.T) {
 func TestACallerGivingUpLeavesTheOthersWaiting(t *testing.T) {
 	h := newHarness(t, managedNode("1"), managedNode("1"))
 	h.attach(volA, true)
-	blocked := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		once.Do(func() {
-			close(blocked)
-			<-release
-		})
-		return false, nil, nil
-	})
+	blocked, release := h.holdFirstPatch()
 	h.updater.Enqueue(nodeName)
 	<-blocked
 	ctx, giveUp := context.WithCancel(context.Background())
@@ -340,4 +322,19 @@ func TestConfirmWritesAgainWhenItsPatchMetAnotherList(t *testing.T) {
 	if want := []v1.AttachedVolume{csiEntry(volA)}; !slices.Equal(got.Status.VolumesAttached, want) {
 		t.Errorf("confirmed node lists %v, want %v", got.Status.VolumesAttached, want)
 	}
+}
+
+// holdFirstPatch holds the updater's first node patch until release is closed;
+// blocked is closed once that patch is on its way.
+func (h *harness) holdFirstPatch() (blocked, release chan struct{}) {
+	blocked, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() {
+			close(blocked)
+			<-release
+		})
+		return false, nil, nil
+	})
+	return blocked, release
 }
