@@ -15,24 +15,28 @@ import (
 // waitForCurrentInformers makes sure that the informers hold every fact the
 // first decision can rest on, at least as a quorum read from etcd sees it once
 // the controller leads: every VolumeAttachment that exists, the record of a CSI
-// attachment; and every node at a version no older than the one read, since node
+// attachment, as that very object (its UID) at a version no older than the one
+// read; and every node at a version no older than the one read, since node
 // status is the only record of an iSCSI or Fibre Channel attachment (and of the
 // volumes kubelet uses). After a fail-over, the previous leader's last writes
 // must be known first, or a single-attach volume could be attached twice, or
-// taken out of the status of a node that has it mounted.
+// taken out of the status of a node that has it mounted. An object of the same
+// name is not enough: the previous leader may have deleted a VolumeAttachment
+// and created it again, and an informer that holds the old one shows its
+// deletion before the new one, a moment in which the volume looks free.
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		missing, err := c.attachmentsMissing(ctx)
+		behind, err := c.attachmentsBehind(ctx)
 		if err != nil {
 			logger.Error(err, "Listing VolumeAttachments to check the informer is current; retrying")
 			return false, nil
 		}
-		if missing > 0 {
-			logger.Info("VolumeAttachment informer is behind the API server; waiting", "missing", missing)
+		if behind > 0 {
+			logger.Info("VolumeAttachment informer is behind the API server; waiting", "attachmentsBehind", behind)
 			return false, nil
 		}
-		behind, err := c.nodesBehind(ctx)
+		behind, err = c.nodesBehind(ctx)
 		if err != nil {
 			logger.Error(err, "Listing nodes to check the informer is current; retrying")
 			return false, nil
@@ -45,22 +49,25 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	})
 }
 
-// attachmentsMissing counts the VolumeAttachments that exist and that the
-// informer does not hold.
-func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
-	missing := 0
+// attachmentsBehind counts the VolumeAttachments that the informer does not
+// hold, or holds as another object of the same name, or at a version older than
+// the one listed. An object the informer still holds after its deletion only
+// makes the controller more careful until the informer shows the deletion.
+func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
+	behind := 0
 	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
 		list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
 		if err != nil {
 			return nil, "", err
 		}
 		return list.Items, list.Continue, nil
-	}, func(va *storagev1.VolumeAttachment) {
-		if _, err := c.informers.attachments.Lister().Get(va.Name); err != nil {
-			missing++
+	}, func(listed *storagev1.VolumeAttachment) {
+		held, err := c.informers.attachments.Lister().Get(listed.Name)
+		if err != nil || held.UID != listed.UID || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
+			behind++
 		}
 	})
-	return missing, err
+	return behind, err
 }
 
 // nodesBehind counts the nodes that the informer does not hold, or holds at a

@@ -10,11 +10,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -166,5 +169,91 @@ func TestAtLeastVersionComparesResourceVersions(t *testing.T) {
 		if got := atLeastVersion(tc.have, tc.want); got != tc.ok {
 			t.Errorf("atLeastVersion(%q, %q) = %t, want %t", tc.have, tc.want, got, tc.ok)
 		}
+	}
+}
+
+// TestStartUpWaitsForTheVolumeAttachmentInformer: the previous leader deleted
+// the VolumeAttachment of an RWO volume on node-a and created it again under the
+// same name, for a pod back on node-a. The new leader's informer lists from a
+// cache that still has the old object, being deleted, and its watch delivers the
+// deletion and the new object only later. An informer that holds an object of
+// the listed name is not current: had the controller decided then, it would have
+// learned of the deletion, counted the volume free, and attached it to another
+// node while node-a had it (simulation seeds 5604, 28346, 28588, 30975, 39414).
+// It must wait until the informer holds every VolumeAttachment as the same
+// object, at least at the version a quorum read shows.
+func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
+	deleted := metav1.Now()
+	at := func(uid, rv string, deleting bool) *storagev1.VolumeAttachment {
+		va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+		va.UID, va.ResourceVersion = types.UID(uid), rv
+		if deleting {
+			va.DeletionTimestamp = &deleted
+		}
+		return va
+	}
+	tests := []struct {
+		name string
+		// informed is the object as the informer first lists it, current as the
+		// API server has it.
+		informed, current *storagev1.VolumeAttachment
+		// deliver brings the informer up to date.
+		deliver func(w *watch.FakeWatcher, informed, current *storagev1.VolumeAttachment)
+	}{
+		{
+			name:     "an older object of the same name, being deleted",
+			informed: at("uid-old", "4", true),
+			current:  at("uid-new", "9", false),
+			deliver: func(w *watch.FakeWatcher, informed, current *storagev1.VolumeAttachment) {
+				w.Delete(informed)
+				w.Add(current)
+			},
+		},
+		{
+			name:     "the same object at an older version",
+			informed: at("uid-1", "4", false),
+			current:  at("uid-1", "9", true),
+			deliver: func(w *watch.FakeWatcher, _, current *storagev1.VolumeAttachment) {
+				w.Modify(current)
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1"), tc.current.DeepCopy())
+			client.PrependReactor("list", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+					list := &storagev1.VolumeAttachmentList{Items: []storagev1.VolumeAttachment{*tc.informed.DeepCopy()}}
+					list.ResourceVersion = "4"
+					return true, list, nil
+				}
+				return false, nil, nil
+			})
+			watcher := watch.NewFake()
+			client.PrependWatchReactor("volumeattachments", clienttesting.DefaultWatchReactor(watcher, nil))
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				tc.deliver(watcher, tc.informed.DeepCopy(), tc.current.DeepCopy())
+			}()
+
+			c := newControllerWithoutPass(t, client)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t.Cleanup(c.factory.Shutdown)
+			var held cache.Attachment
+			var ok bool
+			err := c.Run(ctx, func() {
+				held, ok = c.actual.Object(tc.current.Name)
+				cancel()
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			wantDeleting := tc.current.DeletionTimestamp != nil
+			if !ok || held.UID != tc.current.UID || held.Deleting != wantDeleting {
+				t.Errorf("at the first decision the controller holds UID %q deleting %t (recorded: %t), want the object as the API server has it: UID %q deleting %t",
+					held.UID, held.Deleting, ok, tc.current.UID, wantDeleting)
+			}
+		})
 	}
 }

@@ -24,6 +24,16 @@ var regressionSeeds = []struct {
 	// A detach deleted a node's two VolumeAttachments of the volume one after the
 	// other; the lease was lost after the first and the second was still sent.
 	{"detach sends its next delete after the lease was lost", 1189},
+	// The previous leader deleted an RWO volume's VolumeAttachment and created it
+	// again under the same name; the new leader's informer listed the old object
+	// and its watch held back the rest. The start-up check found an object of
+	// each listed name and let the controller decide: the informer showed the
+	// old object's deletion, the volume looked free for a moment, and was
+	// attached to a second node (also seeds 28346 and 30975, which fail only in
+	// some runs).
+	{"start-up trusts a VolumeAttachment informer holding an older object of the same name, periodic pass off", 5604},
+	{"start-up trusts a VolumeAttachment informer holding an older object of the same name, leaders overlapping", 28588},
+	{"start-up trusts a VolumeAttachment informer holding an older object of the same name, shutdown taint", 39414},
 }
 
 func TestRegressionSeeds(t *testing.T) {
