@@ -66,6 +66,43 @@ func TestSettle(t *testing.T) {
 			wantRecorded: true,
 		},
 		{
+			name: "delete of unknown outcome, an operation on it runs: left to the operation",
+			setup: func(t *testing.T, h *execHarness) {
+				h.addAttached(t, vaName(testNode), testNode, vaUID, false)
+				h.actual.SetDeleteUnsettled(vaName(testNode), vaUID, true)
+				if err := h.client.Tracker().Delete(vaResource, "", vaName(testNode)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			running:      true,
+			wantRecorded: true, wantUnsettled: true,
+		},
+		{
+			name: "delete of unknown outcome, the object was replaced by a new one: deleting",
+			setup: func(t *testing.T, h *execHarness) {
+				h.addAttached(t, vaName(testNode), testNode, vaUID, false)
+				h.actual.SetDeleteUnsettled(vaName(testNode), vaUID, true)
+				if err := h.client.Tracker().Delete(vaResource, "", vaName(testNode)); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.client.Tracker().Add(objectOn(vaName(testNode), testNode, "new-uid")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantRecorded: true, wantDeleting: true,
+		},
+		{
+			name: "delete of unknown outcome of an object whose UID was never learned, untouched: settled, not deleting",
+			setup: func(t *testing.T, h *execHarness) {
+				h.actual.BeginCreate(testPV.Name, testNode, vaName(testNode), false)
+				h.actual.SetDeleteUnsettled(vaName(testNode), "", true)
+				if err := h.client.Tracker().Add(objectOn(vaName(testNode), testNode, vaUID)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantRecorded: true,
+		},
+		{
 			name: "delete of unknown outcome, the read fails too: still unsettled",
 			setup: func(t *testing.T, h *execHarness) {
 				h.addAttached(t, vaName(testNode), testNode, vaUID, false)
