@@ -2,11 +2,13 @@ package operationexecutor
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 )
 
 // Settle reads what only the API server can settle, and records what it learns.
@@ -140,6 +142,48 @@ func TestSettle(t *testing.T) {
 			}
 			if _, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), vaName(testNode), metav1.GetOptions{}); err == nil && !tc.wantRecorded {
 				t.Error("object exists but was forgotten")
+			}
+		})
+	}
+}
+
+// TestSettleLogsAnErrorOnlyWhenTheReadFails: Settle tells the operator when it
+// could not learn the outcome of a delete, and only then: not when it learned
+// it, nor when it left the object to an operation that runs.
+func TestSettleLogsAnErrorOnlyWhenTheReadFails(t *testing.T) {
+	const message = "Reading a VolumeAttachment to learn whether its delete took effect"
+	tests := []struct {
+		name      string
+		readFails bool
+		running   bool
+		wantError bool
+	}{
+		{name: "read back", wantError: false},
+		{name: "the read fails", readFails: true, wantError: true},
+		{name: "an operation on the volume runs", running: true, wantError: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, 300*time.Millisecond)
+			att := h.unsettledRecord(t, vaUID)
+			if tc.readFails {
+				h.getErr = apierrors.NewInternalError(errors.New("etcd leader changed"))
+			}
+			if tc.running {
+				key := lockFor(att.Volume, att.Node, att.MultiAttach)
+				if !h.exec.locks.tryAcquire(key) {
+					t.Fatal("lock taken")
+				}
+				defer h.exec.locks.free(key)
+			}
+			ctx, logged := loggingContext(t)
+			h.exec.Settle(ctx, att)
+			var want []string
+			if tc.wantError {
+				want = []string{message}
+			}
+			if got := logged()[ktesting.LogError]; !slices.Equal(got, want) {
+				t.Errorf("errors logged %q, want %q", got, want)
 			}
 		})
 	}
