@@ -191,7 +191,9 @@ func TestNoRetryStartsOnceTheExecutorStops(t *testing.T) {
 }
 
 // TestOneRetryAtATimeForAnObject: a second retry asked for an object whose
-// retry runs starts nothing: one read at a time goes to the API server.
+// retry runs starts nothing. (Two would not read at once, as each read holds
+// the volume's lock, but the second would find the lock taken by the first and
+// go on, with backoff, as if the outcome were still unknown.)
 func TestOneRetryAtATimeForAnObject(t *testing.T) {
 	h := newExecHarness(t, time.Minute)
 	att := h.unsettledRecord(t, vaUID)
@@ -202,13 +204,15 @@ func TestOneRetryAtATimeForAnObject(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	h.exec.retrySettle(t.Context(), att)
-	h.exec.retrySettle(t.Context(), att)
+	ctx, logged := loggingContext(t)
+	h.exec.retrySettle(ctx, att)
+	h.exec.retrySettle(ctx, att)
 	select {
 	case <-reading:
 	case <-time.After(waitLimit):
 		t.Fatal("the retry never read the object")
 	}
+	// A second retry, started with the first, would have had its turn by now.
 	select {
 	case <-reading:
 		t.Error("a second read of the object while the first is under way")
@@ -218,6 +222,10 @@ func TestOneRetryAtATimeForAnObject(t *testing.T) {
 	h.waitForTheRetry(t)
 	if got, _ := h.actual.Object(vaName(testNode)); got.DeleteUnsettled {
 		t.Errorf("record %+v, want settled", got)
+	}
+	want := []string{"Settled a delete of unknown outcome by reading the VolumeAttachment back"}
+	if got := logged()[ktesting.LogInfo]; !slices.Equal(got, want) {
+		t.Errorf("logged %q, want %q: one retry, whose first read settled the delete", got, want)
 	}
 }
 
