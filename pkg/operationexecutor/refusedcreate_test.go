@@ -51,3 +51,25 @@ func TestRefusedCreateKeepsAnObjectTheInformerShows(t *testing.T) {
 		t.Errorf("Attach to %s = %v, want a *HeldError: %s holds the volume", otherNode, err, testNode)
 	}
 }
+
+// TestRefusedCreateKeepsTheRecordOfAnEarlierCreate: an earlier create got no
+// answer, so its object may exist; the attach that follows sends the create
+// again, and the API server refuses it. That refusal proves that this create
+// made nothing, not that the earlier one did not: the record stays, and keeps
+// holding the single-attach volume.
+func TestRefusedCreateKeepsTheRecordOfAnEarlierCreate(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	h.actual.BeginCreate(testPV.Name, testNode, testVAName, false)
+	h.createErr = apierrors.NewForbidden(storagev1.Resource("volumeattachments"), testVAName, errors.New("denied"))
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitDone(t)
+	if !h.createdOn(testNode) {
+		t.Fatal("setup: no create was sent")
+	}
+	if att, ok := h.actual.Object(testVAName); !ok || att.Seen || att.UID != "" {
+		t.Errorf("record after the refused create = %+v, %v; want the earlier create's, unseen and without UID", att, ok)
+	}
+	h.wantHeld(t, h.exec.Attach(t.Context(), testPV, otherNode, testPods), otherNode, testNode)
+}

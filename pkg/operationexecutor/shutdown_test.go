@@ -2,6 +2,7 @@ package operationexecutor
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -50,4 +51,54 @@ func TestNoOperationStartsOnceShutdownBegan(t *testing.T) {
 			t.Errorf("requests after shutdown = %q, want none", got)
 		}
 	})
+}
+
+// TestEitherSignOfTheStopRefusesAnOperation: the controller's context ending
+// and Executor.Wait are each enough to refuse a new operation. A caller still
+// holding a live context (a worker draining its queue) gets nothing started once
+// Wait was called, and a caller whose context has ended gets nothing started
+// before it.
+func TestEitherSignOfTheStopRefusesAnOperation(t *testing.T) {
+	tests := []struct {
+		name string
+		// ended: the caller's context has ended; waited: Wait was called.
+		ended, waited bool
+	}{
+		{name: "context ended, Wait not called", ended: true},
+		{name: "Wait called, context alive", waited: true},
+	}
+	for _, tc := range tests {
+		for _, op := range []string{"attach", "detach"} {
+			t.Run(tc.name+", "+op, func(t *testing.T) {
+				h, on := newDetachHarness(t, time.Minute)
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				if tc.ended {
+					cancel()
+				}
+				if tc.waited {
+					waitCtx, cancelWait := context.WithTimeout(context.Background(), waitLimit)
+					defer cancelWait()
+					if err := h.exec.Wait(waitCtx); err != nil {
+						t.Fatalf("Wait with nothing running = %v", err)
+					}
+				}
+				var err error
+				if op == "attach" {
+					err = h.exec.Attach(ctx, testRWX, otherNode, testPods)
+				} else {
+					err = h.exec.Detach(ctx, on, NotForced)
+				}
+				if !errors.Is(err, ErrStopped) {
+					t.Errorf("%s = %v, want ErrStopped", op, err)
+				}
+				if h.anyRunning(testPV.Name) {
+					t.Errorf("the %s holds a lock: it started", op)
+				}
+				if got := h.log.get(); len(got) != 0 {
+					t.Errorf("requests = %q, want none", got)
+				}
+			})
+		}
+	}
 }
