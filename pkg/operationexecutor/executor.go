@@ -518,6 +518,13 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 }
 
 func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReason) (err error) {
+	if force == ForceUnmountTimeout && volumename.ReportOnly(on.Volume) {
+		// An iSCSI or FC volume is detached by the status write that takes it
+		// out, which may be the next one: the node's pods are read before.
+		if err := e.checkPods(ctx, on); err != nil {
+			return err
+		}
+	}
 	e.cfg.Actual.HideForDetach(on.Volume, on.Node, force)
 	keepHidden := false
 	defer func() {
@@ -611,16 +618,26 @@ func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceRe
 	case !force.Holds(node):
 		return false, ErrInUse
 	}
-	if force == ForceUnmountTimeout {
-		needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
-		if err != nil {
-			return false, fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
-		}
-		if needed {
-			return false, ErrWanted
+	if force == ForceUnmountTimeout && !volumename.ReportOnly(on.Volume) {
+		if err := e.checkPods(ctx, on); err != nil {
+			return false, err
 		}
 	}
 	return true, nil
+}
+
+// checkPods reads the node's pods from the API server before a detach forced by
+// the end of the wait for unmount, which an informer that has not shown a pod
+// just scheduled there must not decide alone.
+func (e *Executor) checkPods(ctx context.Context, on cache.OnNode) error {
+	needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
+	if err != nil {
+		return fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
+	}
+	if needed {
+		return ErrWanted
+	}
+	return nil
 }
 
 // stillForced reads the node again right before a forced detach deletes a
