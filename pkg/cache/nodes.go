@@ -44,6 +44,9 @@ type Node struct {
 	Ready        bool
 	OutOfService bool
 	// Shutdown is set while the node carries the cloud provider's shutdown taint.
+	// For a deleted node, OutOfService and Shutdown say what its final state
+	// carried (Shutdown only if it was not Ready then), and neither is set when
+	// that state is not known.
 	Shutdown bool
 	// InUse holds the volumes kubelet lists in status.volumesInUse; for a deleted
 	// node, the last list it reported.
@@ -137,6 +140,23 @@ func (f ForceRule) Holds(node *v1.Node) bool {
 	return false
 }
 
+// HoldsAfterDeletion tells whether the rule holds on a node the API server no
+// longer has, by what the register knows of it (last): a node gone is not Ready,
+// but a taint counts only if the node's final state, which only the informer's
+// delivery of the deletion tells, carried it. A register that has not seen the
+// deletion, or saw it without the final state, may show a taint removed before.
+func (f ForceRule) HoldsAfterDeletion(last Node) bool {
+	switch f {
+	case ForcedOutOfService:
+		return last.Presence == NodeDeleted && last.OutOfService
+	case ForcedOnTimeout:
+		return true
+	case ForcedOnShutdown:
+		return last.Presence == NodeDeleted && last.Shutdown
+	}
+	return false
+}
+
 // Nodes remembers every node the controller has seen, including deleted ones,
 // whose last reported volumes in use still count as mounted.
 type Nodes struct {
@@ -159,7 +179,8 @@ func (n *Nodes) Set(node Node) Node {
 // MarkDeleted records that the node's object is gone: it no longer counts as
 // Ready, and what it last reported as in use still counts as mounted. final is the
 // object as it was deleted, or nil when that is not known: then every volume
-// counts as mounted.
+// counts as mounted, and no taint counts, since the one last seen may have been
+// removed before the deletion.
 func (n *Nodes) MarkDeleted(name string, final *v1.Node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -167,10 +188,12 @@ func (n *Nodes) MarkDeleted(name string, final *v1.Node) {
 	switch {
 	case final != nil:
 		node = NodeFromObject(final)
+		node.Shutdown = node.Shutdown && !node.Ready
 	case !ok:
 		return
 	default:
 		node.InUseUnknown = true
+		node.OutOfService, node.Shutdown = false, false
 	}
 	node.Presence = NodeDeleted
 	node.Ready = false

@@ -217,3 +217,71 @@ func TestNamesKubernetesWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedNodeTaintsCountOnlyFromItsFinalState: a node's taints count after
+// its deletion only if its final state, as the informer delivered the deletion,
+// carried them; the shutdown taint only if the node was not Ready then. A
+// deletion seen by relisting has no final state: the register's copy may show a
+// taint removed before the node went, and before, a forced detach on that taint
+// went ahead with the volume mounted (the simulation's seeds 2593 and 29480).
+func TestDeletedNodeTaintsCountOnlyFromItsFinalState(t *testing.T) {
+	tainted := func(ready bool, keys ...string) *v1.Node {
+		n := nodeWithVolumesInUse("node-1")
+		if !ready {
+			n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionFalse}}
+		}
+		for _, k := range keys {
+			n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: k, Effect: v1.TaintEffectNoExecute})
+		}
+		return n
+	}
+	tests := []struct {
+		name string
+		// last is the node as the register last showed it present; final the
+		// object the deletion delivered (nil: not known).
+		last, final                        *v1.Node
+		wantOutOfService, wantShutdown     bool
+		wantOutOfServiceHolds, wantShHolds bool
+	}{
+		{name: "final state tainted out of service", last: tainted(false), final: tainted(false, cache.OutOfServiceTaint),
+			wantOutOfService: true, wantOutOfServiceHolds: true},
+		{name: "taint removed before the deletion", last: tainted(false, cache.OutOfServiceTaint), final: tainted(false)},
+		{name: "final state not known", last: tainted(false, cache.OutOfServiceTaint, cache.ShutdownTaint)},
+		{name: "final state shut down and NotReady", last: tainted(false), final: tainted(false, cache.ShutdownTaint),
+			wantShutdown: true, wantShHolds: true},
+		{name: "final state shut down but Ready again", last: tainted(false, cache.ShutdownTaint), final: tainted(true, cache.ShutdownTaint)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := cache.NewNodes()
+			nodes.Set(cache.NodeFromObject(tc.last))
+			nodes.MarkDeleted("node-1", tc.final)
+			n := nodes.Get("node-1")
+			if n.OutOfService != tc.wantOutOfService || n.Shutdown != tc.wantShutdown {
+				t.Errorf("out-of-service %v shutdown %v, want %v %v", n.OutOfService, n.Shutdown, tc.wantOutOfService, tc.wantShutdown)
+			}
+			if got := cache.ForcedOutOfService.HoldsAfterDeletion(n); got != tc.wantOutOfServiceHolds {
+				t.Errorf("out-of-service rule holds = %v, want %v", got, tc.wantOutOfServiceHolds)
+			}
+			if got := cache.ForcedOnShutdown.HoldsAfterDeletion(n); got != tc.wantShHolds {
+				t.Errorf("shutdown rule holds = %v, want %v", got, tc.wantShHolds)
+			}
+			if !cache.ForcedOnTimeout.HoldsAfterDeletion(n) || cache.NotForced.HoldsAfterDeletion(n) {
+				t.Error("a node gone is not Ready: the timeout rule holds, and nothing unforced")
+			}
+		})
+	}
+}
+
+// TestForceRulesNeedTheDeletionSeen: while the register still shows a node the
+// API server no longer has, its taints are those of a state that may be past.
+func TestForceRulesNeedTheDeletionSeen(t *testing.T) {
+	n := nodeWithVolumesInUse("node-1")
+	n.Status.Conditions = nil
+	n.Spec.Taints = []v1.Taint{{Key: cache.OutOfServiceTaint}, {Key: cache.ShutdownTaint}}
+	nodes := cache.NewNodes()
+	nodes.Set(cache.NodeFromObject(n))
+	if last := nodes.Get("node-1"); cache.ForcedOutOfService.HoldsAfterDeletion(last) || cache.ForcedOnShutdown.HoldsAfterDeletion(last) {
+		t.Error("a taint of a node whose deletion the register has not seen counts")
+	}
+}

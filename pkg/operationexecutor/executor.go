@@ -518,6 +518,13 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 }
 
 func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReason) (err error) {
+	if force == ForceUnmountTimeout && volumename.ReportOnly(on.Volume) {
+		// An iSCSI or FC volume is detached by the status write that takes it
+		// out, which may be the next one: the node's pods are read before.
+		if err := e.checkPods(ctx, on); err != nil {
+			return err
+		}
+	}
 	e.cfg.Actual.HideForDetach(on.Volume, on.Node, force)
 	keepHidden := false
 	defer func() {
@@ -529,36 +536,11 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	if err != nil {
 		return fmt.Errorf("removing the volume from the status of node %s before detaching: %w", on.Node, err)
 	}
-	// kubelet reports a volume in use before it mounts it, and mounts only a volume
-	// node status lists as attached. The node as the API server returned it once
-	// the volume left that list is the last word.
-	switch {
-	case node == nil:
-		// The node is gone from the API server: its last report is all there is,
-		// and only once the register has it (the informer delivered the deletion,
-		// or the periodic pass noticed it) does it speak for the node.
-		if force == NotForced {
-			if last := e.cfg.Nodes.Get(on.Node); last.Presence != cache.NodeDeleted || last.Mounted(on.Volume) {
-				return ErrInUse
-			}
-		}
-	case !cache.IsManaged(node):
-		// The annotation was taken away since the decision: the reconciler
-		// leaves such a node to kubelet, and so does the detach.
-		return ErrNotManaged
-	case slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
-		if !force.Holds(node) {
-			return ErrInUse
-		}
-		if force == ForceUnmountTimeout {
-			needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
-			if err != nil {
-				return fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
-			}
-			if needed {
-				return ErrWanted
-			}
-		}
+	forced, err := e.mayDetach(ctx, on, force, node)
+	if err != nil {
+		return err
+	}
+	if forced {
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
 		e.cfg.Metrics.ObserveForcedDetach(string(force))
 	}
@@ -580,6 +562,11 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 			continue
 		}
 		interleave.At(ctx, "detach-delete", att.VolumeAttachment)
+		if forced {
+			if err := e.stillForced(ctx, on, force); err != nil {
+				return err
+			}
+		}
 		settled, err := e.delete(ctx, att)
 		if !settled {
 			keepHidden = true
@@ -602,6 +589,71 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 		}
 	}
 	return nil
+}
+
+// mayDetach tells whether the volume may go from the node as the API server
+// returned it once the volume left its volumesAttached (nil: the node is gone),
+// and whether only the force rule lets it: kubelet reports a volume in use before
+// it mounts it, and mounts only a volume node status lists as attached, so that
+// node is the last word.
+func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceReason, node *v1.Node) (forced bool, err error) {
+	switch {
+	case node == nil:
+		// The node is gone from the API server: its last report is all there is,
+		// and only once the register has it (the informer delivered the deletion,
+		// or the periodic pass noticed it) does it speak for the node.
+		last := e.cfg.Nodes.Get(on.Node)
+		if last.Presence == cache.NodeDeleted && !last.Mounted(on.Volume) {
+			return false, nil
+		}
+		if !force.HoldsAfterDeletion(last) {
+			return false, ErrInUse
+		}
+	case !cache.IsManaged(node):
+		// The annotation was taken away since the decision: the reconciler
+		// leaves such a node to kubelet, and so does the detach.
+		return false, ErrNotManaged
+	case !slices.Contains(node.Status.VolumesInUse, v1.UniqueVolumeName(on.Volume)):
+		return false, nil
+	case !force.Holds(node):
+		return false, ErrInUse
+	}
+	if force == ForceUnmountTimeout && !volumename.ReportOnly(on.Volume) {
+		if err := e.checkPods(ctx, on); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// checkPods reads the node's pods from the API server before a detach forced by
+// the end of the wait for unmount, which an informer that has not shown a pod
+// just scheduled there must not decide alone.
+func (e *Executor) checkPods(ctx context.Context, on cache.OnNode) error {
+	needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
+	if err != nil {
+		return fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
+	}
+	if needed {
+		return ErrWanted
+	}
+	return nil
+}
+
+// stillForced reads the node again right before a forced detach deletes a
+// VolumeAttachment, and tells whether the force rule still lets the volume go:
+// the taint may have been removed, or the node come back, since the detach
+// began, and it deletes the objects of the pair one after the other.
+func (e *Executor) stillForced(ctx context.Context, on cache.OnNode, force ForceReason) error {
+	node, err := e.cfg.Client.CoreV1().Nodes().Get(ctx, on.Node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return fmt.Errorf("reading node %s again before a forced delete: %w", on.Node, err)
+	}
+	_, err = e.mayDetach(ctx, on, force, node)
+	return err
 }
 
 // delete deletes one VolumeAttachment. settled is false when the outcome could

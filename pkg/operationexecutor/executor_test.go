@@ -226,6 +226,15 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		}
 		return false, nil, nil
 	})
+	// The API server's node is the one Confirm returns.
+	h.client.PrependReactor("get", "nodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		h.status.mu.Lock()
+		defer h.status.mu.Unlock()
+		if h.status.node == nil {
+			return true, nil, apierrors.NewNotFound(v1.Resource("nodes"), a.(clienttesting.GetAction).GetName())
+		}
+		return true, h.status.node.DeepCopy(), nil
+	})
 	h.exec = New(Config{
 		Client:     h.client,
 		VALister:   storagelisters.NewVolumeAttachmentLister(h.vas),

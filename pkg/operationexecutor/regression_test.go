@@ -553,6 +553,9 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		// was seen; an empty node stands for a deletion whose last report was
 		// not seen.
 		deleted *v1.Node
+		// informer is the node as the register last showed it present, before
+		// any deletion (none: notInUse).
+		informer *v1.Node
 		// neededOnNode: a read of the node's pods finds one that needs the volume.
 		neededOnNode bool
 		force        ForceReason
@@ -577,7 +580,15 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		{name: "node gone, its last report listed the volume in use", node: nil, deleted: inUseNode(true, false), force: NotForced, wantErr: ErrInUse},
 		{name: "node gone, its last report did not list the volume", node: nil, deleted: notInUse, force: NotForced},
 		{name: "node gone, its last report was not seen", node: nil, deleted: &v1.Node{}, force: NotForced, wantErr: ErrInUse},
-		{name: "node gone, timeout", node: nil, force: ForceUnmountTimeout},
+		{name: "node gone, timeout", node: nil, force: ForceUnmountTimeout, wantForce: "timeout"},
+		{name: "node gone, timeout, but a pod the informer has not shown needs the volume", node: nil, neededOnNode: true, force: ForceUnmountTimeout, wantErr: ErrWanted},
+		{name: "node gone, out-of-service, its deletion not seen yet", node: nil, informer: inUseNode(false, true), force: ForceOutOfService, wantErr: ErrInUse},
+		{name: "node gone, out-of-service, its final state carried the taint", node: nil, deleted: inUseNode(false, true), force: ForceOutOfService, wantForce: "out-of-service"},
+		{name: "node gone, out-of-service, its final state no longer carried the taint", node: nil, deleted: inUseNode(false, false), force: ForceOutOfService, wantErr: ErrInUse},
+		{name: "node gone, out-of-service, its final state not seen", node: nil, informer: inUseNode(false, true), deleted: &v1.Node{}, force: ForceOutOfService, wantErr: ErrInUse},
+		{name: "node gone, shutdown, its final state tainted and NotReady", node: nil, deleted: shutdownTainted(false), force: ForceShutdown, wantForce: "shutdown"},
+		{name: "node gone, shutdown, its final state tainted but Ready again", node: nil, deleted: shutdownTainted(true), force: ForceShutdown, wantErr: ErrInUse},
+		{name: "node gone, shutdown, its final state not seen", node: nil, informer: shutdownTainted(false), deleted: &v1.Node{}, force: ForceShutdown, wantErr: ErrInUse},
 		{name: "timeout, but a pod the informer has not shown needs the volume", node: inUseNode(false, false), neededOnNode: true, force: ForceUnmountTimeout, wantErr: ErrWanted},
 	}
 	for _, tc := range tests {
@@ -586,10 +597,15 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 			h.informerSeesDeletes = true
 			h.status.node = tc.node
 			h.neededOnNode = tc.neededOnNode
+			if tc.informer != nil {
+				h.nodes.Set(cache.NodeFromObject(tc.informer))
+			}
 			switch {
 			case tc.deleted == nil:
 			case tc.deleted.Name == "":
-				h.nodes.Set(cache.NodeFromObject(notInUse))
+				if tc.informer == nil {
+					h.nodes.Set(cache.NodeFromObject(notInUse))
+				}
 				h.nodes.MarkDeleted(testNode, nil)
 			default:
 				h.nodes.MarkDeleted(testNode, tc.deleted)

@@ -128,3 +128,27 @@ func TestDetachReportOnlyNotOverWhileStillListed(t *testing.T) {
 		t.Errorf("holders = %v, want %s", holders, testNode)
 	}
 }
+
+// TestForcedReportOnlyDetachReadsThePodsBeforeTheStatusWrite: an iSCSI or FC
+// volume is detached by the node status write that takes it out, so a detach
+// forced by the end of the wait for unmount reads the node's pods before that
+// write, not after. Before, the write went out first and the pod read then
+// called the detach off: too late, the volume had left volumesAttached while a
+// pod the informer had not shown needed it (simulation seed 22383).
+func TestForcedReportOnlyDetachReadsThePodsBeforeTheStatusWrite(t *testing.T) {
+	h := newExecHarness(t, waitLimit)
+	h.actual.AddReportOnly(testISCSI.Name, testNode, false)
+	h.status.node.Status.VolumesInUse = []v1.UniqueVolumeName{v1.UniqueVolumeName(testISCSI.Name)}
+	h.status.node.Status.Conditions[0].Status = v1.ConditionFalse
+	h.neededOnNode = true
+	on, _ := h.actual.Get(testISCSI.Name, testNode)
+	if err := h.exec.detach(t.Context(), on, ForceUnmountTimeout); !errors.Is(err, ErrWanted) {
+		t.Fatalf("detach = %v, want ErrWanted", err)
+	}
+	if n := h.status.confirmCount(); n != 0 {
+		t.Errorf("%d node status writes before the pods were read, want none", n)
+	}
+	if !slices.Contains(h.actual.ReportedVolumes(testNode), testISCSI.Name) {
+		t.Error("the volume a pod needs left what node status lists")
+	}
+}

@@ -15,9 +15,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	clienttesting "k8s.io/client-go/testing"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -132,6 +134,16 @@ func (s *nodeStatus) Confirm(ctx context.Context, name string) (*v1.Node, error)
 	return nodeObject(n), nil
 }
 
+// get answers a read of the node from the API server as Confirm does.
+func (s *nodeStatus) get(a clienttesting.Action) (bool, runtime.Object, error) {
+	name := a.(clienttesting.GetAction).GetName()
+	node, err := s.Confirm(context.Background(), name)
+	if err == nil && node == nil {
+		err = apierrors.NewNotFound(v1.Resource("nodes"), name)
+	}
+	return true, node, err
+}
+
 func (s *nodeStatus) Enqueue(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -218,6 +230,7 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		now:      time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
 	}
 	h.status = &nodeStatus{nodes: h.nodes, fresh: map[string]*v1.Node{}}
+	h.client.PrependReactor("get", "nodes", h.status.get)
 	h.exec = &executor{Executor: operationexecutor.New(operationexecutor.Config{
 		Client:     h.client,
 		VALister:   storagelisters.NewVolumeAttachmentLister(h.vas),

@@ -34,6 +34,16 @@ var regressionSeeds = []struct {
 	{"start-up trusts a VolumeAttachment informer holding an older object of the same name, periodic pass off", 5604},
 	{"start-up trusts a VolumeAttachment informer holding an older object of the same name, leaders overlapping", 28588},
 	{"start-up trusts a VolumeAttachment informer holding an older object of the same name, shutdown taint", 39414},
+	// A forced detach judged the out-of-service taint once, then deleted the
+	// pair's VolumeAttachments (its own and another tool's copy) one after the
+	// other, seconds apart: the taint was removed in between, the volume still
+	// mounted. Failed 70 of 100 runs on the code it was found on.
+	{"forced detach deletes after its force rule ended", 18358},
+	// A node informer that could not relist showed a node with the shutdown
+	// taint that had become Ready and then been deleted; the API server no
+	// longer had the node, and the forced detach went ahead on the register's
+	// stale taint. Failed 10 of 100 runs on the code it was found on.
+	{"forced detach from a node gone, on a taint the register showed stale", 29480},
 }
 
 func TestRegressionSeeds(t *testing.T) {
