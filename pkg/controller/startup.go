@@ -15,11 +15,15 @@ import (
 // waitForCurrentInformers makes sure that the informers hold every fact the
 // first decision can rest on, at least as a quorum read from etcd sees it once
 // the controller leads: every VolumeAttachment that exists, the record of a CSI
-// attachment; and every node at a version no older than the one read, since node
+// attachment; every node at a version no older than the one read, since node
 // status is the only record of an iSCSI or Fibre Channel attachment (and of the
-// volumes kubelet uses). After a fail-over, the previous leader's last writes
-// must be known first, or a single-attach volume could be attached twice, or
-// taken out of the status of a node that has it mounted.
+// volumes kubelet uses); and every pod at a version no older than the one read,
+// since the wait for unmount before a force detach counts from the moment no
+// pod on the node needs the volume. After a fail-over, the previous leader's
+// last writes must be known first, or a single-attach volume could be attached
+// twice, or taken out of the status of a node that has it mounted; and a pod
+// the informer has not shown yet would start that wait while the pod still
+// needs the volume.
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -41,6 +45,15 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 			logger.Info("Node informer is behind the API server; waiting", "nodesBehind", behind)
 			return false, nil
 		}
+		behind, err = c.podsBehind(ctx)
+		if err != nil {
+			logger.Error(err, "Listing pods to check the informer is current; retrying")
+			return false, nil
+		}
+		if behind > 0 {
+			logger.Info("Pod informer is behind the API server; waiting", "podsBehind", behind)
+			return false, nil
+		}
 		return true, nil
 	})
 }
@@ -49,12 +62,12 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 // informer does not hold.
 func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
 	missing := 0
-	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
+	_, err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, metav1.ListMeta, error) {
 		list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
 		if err != nil {
-			return nil, "", err
+			return nil, metav1.ListMeta{}, err
 		}
-		return list.Items, list.Continue, nil
+		return list.Items, list.ListMeta, nil
 	}, func(va *storagev1.VolumeAttachment) {
 		if _, err := c.informers.attachments.Lister().Get(va.Name); err != nil {
 			missing++
@@ -69,12 +82,12 @@ func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
 // deletion.
 func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 	behind := 0
-	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Node, string, error) {
+	_, err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Node, metav1.ListMeta, error) {
 		list, err := c.client.CoreV1().Nodes().List(ctx, opts)
 		if err != nil {
-			return nil, "", err
+			return nil, metav1.ListMeta{}, err
 		}
-		return list.Items, list.Continue, nil
+		return list.Items, list.ListMeta, nil
 	}, func(listed *v1.Node) {
 		held, err := c.informers.nodes.Lister().Get(listed.Name)
 		if err != nil || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
@@ -84,22 +97,55 @@ func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 	return behind, err
 }
 
-// quorumList lists every object of a resource, in pages that all belong to the
-// first one's quorum read, and hands each to each.
-func quorumList[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, string, error), each func(*T)) error {
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		items, next, err := list(ctx, opts)
+// podsBehind counts the pods that the informer does not hold, or holds at a
+// version older than the one listed. Pods come and go all the time: one deleted
+// between the list and the look-up is gone from the informer too, so once the
+// informer has shown every change up to the list's resource version, whatever
+// it lacks was deleted since, and nothing is behind.
+func (c *Controller) podsBehind(ctx context.Context) (int, error) {
+	behind := 0
+	listedAt, err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Pod, metav1.ListMeta, error) {
+		list, err := c.client.CoreV1().Pods("").List(ctx, opts)
 		if err != nil {
-			return err
+			return nil, metav1.ListMeta{}, err
+		}
+		return list.Items, list.ListMeta, nil
+	}, func(listed *v1.Pod) {
+		held, err := c.informers.pods.Lister().Pods(listed.Namespace).Get(listed.Name)
+		if err != nil || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
+			behind++
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if behind > 0 && listedAt != "" && atLeastVersion(c.informers.pods.Informer().LastSyncResourceVersion(), listedAt) {
+		return 0, nil
+	}
+	return behind, nil
+}
+
+// quorumList lists every object of a resource, in pages that all belong to the
+// first one's quorum read, hands each to each, and returns the resource version
+// of that read.
+func quorumList[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, metav1.ListMeta, error), each func(*T)) (string, error) {
+	opts := metav1.ListOptions{Limit: 500}
+	readAt := ""
+	for {
+		items, meta, err := list(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		if readAt == "" {
+			readAt = meta.ResourceVersion
 		}
 		for i := range items {
 			each(&items[i])
 		}
-		if next == "" {
-			return nil
+		if meta.Continue == "" {
+			return readAt, nil
 		}
-		opts.Continue = next
+		opts.Continue = meta.Continue
 	}
 }
 
