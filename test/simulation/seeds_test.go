@@ -24,6 +24,16 @@ var regressionSeeds = []struct {
 	// A detach deleted a node's two VolumeAttachments of the volume one after the
 	// other; the lease was lost after the first and the second was still sent.
 	{"detach sends its next delete after the lease was lost", 1189},
+	// A new leader's pod informer listed a past without a pod that still needed
+	// an FC volume on a node, and showed it only after it had gone: the wait for
+	// unmount started while the pod was there, the node was deleted, and the
+	// volume was force-detached and listed on a second node too early.
+	{"wait for unmount started from a new leader's pod informer behind the API server", 22519},
+	// The checker: an FC volume's record went with its node before the
+	// controller was ready; the node came back without it and was deleted again.
+	// The controller still had no record, and listing the volume on another node
+	// was no violation.
+	{"checker: an attachment whose record went with its node, through a second deletion of the node", 32801},
 }
 
 func TestRegressionSeeds(t *testing.T) {
