@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -62,12 +65,12 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 // informer does not hold.
 func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
 	missing := 0
-	_, err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, metav1.ListMeta, error) {
+	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
 		list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
 		if err != nil {
-			return nil, metav1.ListMeta{}, err
+			return nil, "", err
 		}
-		return list.Items, list.ListMeta, nil
+		return list.Items, list.Continue, nil
 	}, func(va *storagev1.VolumeAttachment) {
 		if _, err := c.informers.attachments.Lister().Get(va.Name); err != nil {
 			missing++
@@ -82,12 +85,12 @@ func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
 // deletion.
 func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 	behind := 0
-	_, err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Node, metav1.ListMeta, error) {
+	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Node, string, error) {
 		list, err := c.client.CoreV1().Nodes().List(ctx, opts)
 		if err != nil {
-			return nil, metav1.ListMeta{}, err
+			return nil, "", err
 		}
-		return list.Items, list.ListMeta, nil
+		return list.Items, list.Continue, nil
 	}, func(listed *v1.Node) {
 		held, err := c.informers.nodes.Lister().Get(listed.Name)
 		if err != nil || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
@@ -98,54 +101,59 @@ func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 }
 
 // podsBehind counts the pods that the informer does not hold, or holds at a
-// version older than the one listed. Pods come and go all the time: one deleted
-// between the list and the look-up is gone from the informer too, so once the
-// informer has shown every change up to the list's resource version, whatever
-// it lacks was deleted since, and nothing is behind.
+// version older than the one listed. Pods come and go all the time: a listed pod
+// that the informer does not hold is read again, and one the API server no longer
+// has was deleted after the list, not missed.
 func (c *Controller) podsBehind(ctx context.Context) (int, error) {
 	behind := 0
-	listedAt, err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Pod, metav1.ListMeta, error) {
+	var absent []types.NamespacedName
+	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Pod, string, error) {
 		list, err := c.client.CoreV1().Pods("").List(ctx, opts)
 		if err != nil {
-			return nil, metav1.ListMeta{}, err
+			return nil, "", err
 		}
-		return list.Items, list.ListMeta, nil
+		return list.Items, list.Continue, nil
 	}, func(listed *v1.Pod) {
 		held, err := c.informers.pods.Lister().Pods(listed.Namespace).Get(listed.Name)
-		if err != nil || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
+		switch {
+		case err != nil:
+			absent = append(absent, types.NamespacedName{Namespace: listed.Namespace, Name: listed.Name})
+		case !atLeastVersion(held.ResourceVersion, listed.ResourceVersion):
 			behind++
 		}
 	})
-	if err != nil {
-		return 0, err
+	if err != nil || behind > 0 {
+		return behind, err
 	}
-	if behind > 0 && listedAt != "" && atLeastVersion(c.informers.pods.Informer().LastSyncResourceVersion(), listedAt) {
-		return 0, nil
+	for _, key := range absent {
+		_, err := c.client.CoreV1().Pods(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return 0, fmt.Errorf("reading pod %s that the informer does not hold: %w", key, err)
+		default:
+			behind++
+		}
 	}
 	return behind, nil
 }
 
 // quorumList lists every object of a resource, in pages that all belong to the
-// first one's quorum read, hands each to each, and returns the resource version
-// of that read.
-func quorumList[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, metav1.ListMeta, error), each func(*T)) (string, error) {
+// first one's quorum read, and hands each to each.
+func quorumList[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, string, error), each func(*T)) error {
 	opts := metav1.ListOptions{Limit: 500}
-	readAt := ""
 	for {
-		items, meta, err := list(ctx, opts)
+		items, next, err := list(ctx, opts)
 		if err != nil {
-			return "", err
-		}
-		if readAt == "" {
-			readAt = meta.ResourceVersion
+			return err
 		}
 		for i := range items {
 			each(&items[i])
 		}
-		if meta.Continue == "" {
-			return readAt, nil
+		if next == "" {
+			return nil
 		}
-		opts.Continue = meta.Continue
+		opts.Continue = next
 	}
 }
 
