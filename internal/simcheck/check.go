@@ -98,9 +98,10 @@ type nodeHealth struct {
 	shutdown        bool
 	shutdownEndedAt time.Time
 	// healthyAt is when it last became Ready again (zero: never), taintRemovedAt
-	// when it last lost the out-of-service taint, deletedAt when its Node object
-	// was last deleted.
-	unhealthySince, healthyAt, taintRemovedAt, deletedAt time.Time
+	// when it last lost the out-of-service taint.
+	unhealthySince, healthyAt, taintRemovedAt time.Time
+	// deletions are the times its Node object was deleted, oldest first.
+	deletions []time.Time
 }
 
 // New returns a checker; report is told of each violation as it happens.
@@ -182,7 +183,7 @@ func (c *Checker) updateHealth(name string, obj any, now time.Time) {
 	}
 	node, _ := obj.(*corev1.Node)
 	if node == nil {
-		h.deletedAt = now
+		h.deletions = append(h.deletions, now)
 	}
 	unhealthy := node == nil || !sim.Ready(node)
 	// A node deleted while out of service stays shut down.
@@ -385,10 +386,17 @@ func (c *Checker) released(node, volume string) bool {
 // recordLost tells whether the only record of a report-only attachment of the
 // volume to the node, the node's status, went with its Node object before the
 // running controller was ready, and the volume has not been listed there since.
+// Any such deletion counts, not only the last: a node created again and deleted
+// again, the volume never listed on it in between, gave no controller the
+// record back.
 func (c *Checker) recordLost(node, volume string) bool {
-	h := c.health[node]
-	return !h.deletedAt.IsZero() && c.ready.After(h.deletedAt) &&
-		!c.lastListed[simworld.NodeVolume{Node: node, Volume: volume}].After(h.deletedAt)
+	listed := c.lastListed[simworld.NodeVolume{Node: node, Volume: volume}]
+	for _, deleted := range c.health[node].deletions {
+		if c.ready.After(deleted) && !listed.After(deleted) {
+			return true
+		}
+	}
+	return false
 }
 
 // attachedVolumes returns the volumes a node's status.volumesAttached lists;

@@ -159,7 +159,7 @@ func (w *World) kubeletSync(n *node) {
 	}
 	for _, v := range w.mounts.onNode(n.name) {
 		if _, ok := wanted[v]; !ok {
-			w.mounts.set(n.name, v, false)
+			w.mounts.Set(n.name, v, false)
 			w.logf("kubelet %s: unmounted %s", n.name, v)
 		}
 	}
@@ -207,7 +207,7 @@ func (w *World) mount(nodeName string, v Volume) {
 				return
 			}
 		}
-		w.mounts.set(nodeName, v.Name, true)
+		w.mounts.Set(nodeName, v.Name, true)
 		w.logf("kubelet %s: mounted %s", nodeName, v.Name)
 	})
 }

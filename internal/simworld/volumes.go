@@ -151,7 +151,8 @@ func (m *Mounts) Mounted(node, volume string) bool {
 	return m.m[NodeVolume{node, volume}]
 }
 
-func (m *Mounts) set(node, volume string, mounted bool) {
+// Set records that the volume is mounted on the node, or no longer is.
+func (m *Mounts) Set(node, volume string, mounted bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mounted {

@@ -509,6 +509,11 @@ func TestWaitForCurrentInformers(t *testing.T) {
 		n.ResourceVersion = rv
 		return n
 	}
+	podAtVersion := func(rv string) *v1.Pod {
+		p := podUsing("ns", "pod-1", "node-a", "claim-1")
+		p.ResourceVersion = rv
+		return p
+	}
 	tests := []struct {
 		name     string
 		server   []runtime.Object
@@ -521,6 +526,10 @@ func TestWaitForCurrentInformers(t *testing.T) {
 		{"informer holds an older version of a node", []runtime.Object{atVersion("7")}, []runtime.Object{atVersion("6")}, true},
 		{"informer holds a newer version of a node", []runtime.Object{atVersion("7")}, []runtime.Object{atVersion("10")}, false},
 		{"informer holds a node deleted since", nil, []runtime.Object{atVersion("7")}, false},
+		{"informer lacks a pod", []runtime.Object{podAtVersion("7")}, nil, true},
+		{"informer holds an older version of a pod", []runtime.Object{podAtVersion("7")}, []runtime.Object{podAtVersion("6")}, true},
+		{"informer holds a newer version of a pod", []runtime.Object{podAtVersion("7")}, []runtime.Object{podAtVersion("10")}, false},
+		{"informer holds a pod deleted since", nil, []runtime.Object{podAtVersion("7")}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -16,14 +19,18 @@ import (
 // first decision can rest on, at least as a quorum read from etcd sees it once
 // the controller leads: every VolumeAttachment that exists, the record of a CSI
 // attachment, as that very object (its UID) at a version no older than the one
-// read; and every node at a version no older than the one read, since node
-// status is the only record of an iSCSI or Fibre Channel attachment (and of the
-// volumes kubelet uses). After a fail-over, the previous leader's last writes
-// must be known first, or a single-attach volume could be attached twice, or
-// taken out of the status of a node that has it mounted. An object of the same
-// name is not enough: the previous leader may have deleted a VolumeAttachment
-// and created it again, and an informer that holds the old one shows its
-// deletion before the new one, a moment in which the volume looks free.
+// read; every node at a version no older than the one read, since node status
+// is the only record of an iSCSI or Fibre Channel attachment (and of the
+// volumes kubelet uses); and every pod at a version no older than the one read,
+// since the wait for unmount before a force detach counts from the moment no
+// pod on the node needs the volume. After a fail-over, the previous leader's
+// last writes must be known first, or a single-attach volume could be attached
+// twice, or taken out of the status of a node that has it mounted; and a pod
+// the informer has not shown yet would start that wait while the pod still
+// needs the volume. An object of the same name is not enough: the previous
+// leader may have deleted a VolumeAttachment and created it again, and an
+// informer that holds the old one shows its deletion before the new one, a
+// moment in which the volume looks free.
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -43,6 +50,15 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 		}
 		if behind > 0 {
 			logger.Info("Node informer is behind the API server; waiting", "nodesBehind", behind)
+			return false, nil
+		}
+		behind, err = c.podsBehind(ctx)
+		if err != nil {
+			logger.Error(err, "Listing pods to check the informer is current; retrying")
+			return false, nil
+		}
+		if behind > 0 {
+			logger.Info("Pod informer is behind the API server; waiting", "podsBehind", behind)
 			return false, nil
 		}
 		return true, nil
@@ -89,6 +105,44 @@ func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 		}
 	})
 	return behind, err
+}
+
+// podsBehind counts the pods that the informer does not hold, or holds at a
+// version older than the one listed. Pods come and go all the time: a listed pod
+// that the informer does not hold is read again, and one the API server no longer
+// has was deleted after the list, not missed.
+func (c *Controller) podsBehind(ctx context.Context) (int, error) {
+	behind := 0
+	var absent []types.NamespacedName
+	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Pod, string, error) {
+		list, err := c.client.CoreV1().Pods("").List(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		return list.Items, list.Continue, nil
+	}, func(listed *v1.Pod) {
+		held, err := c.informers.pods.Lister().Pods(listed.Namespace).Get(listed.Name)
+		switch {
+		case err != nil:
+			absent = append(absent, types.NamespacedName{Namespace: listed.Namespace, Name: listed.Name})
+		case !atLeastVersion(held.ResourceVersion, listed.ResourceVersion):
+			behind++
+		}
+	})
+	if err != nil || behind > 0 {
+		return behind, err
+	}
+	for _, key := range absent {
+		_, err := c.client.CoreV1().Pods(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return 0, fmt.Errorf("reading pod %s that the informer does not hold: %w", key, err)
+		default:
+			behind++
+		}
+	}
+	return behind, nil
 }
 
 // quorumList lists every object of a resource, in pages that all belong to the

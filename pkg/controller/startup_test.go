@@ -81,6 +81,84 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 	}
 }
 
+// TestStartUpWaitsForThePodInformer: the wait for unmount before a force detach
+// counts from the moment no pod on the node needs the volume. A new leader's pod
+// informer lists (resourceVersion "0", from its cache) a past in which the pod
+// on node-a does not exist yet, and its watch shows the pod only later. Had the
+// controller decided from that informer, it would have started the wait for
+// unmount of a volume the pod still needs, and force-detached it from a node
+// that went NotReady that much too early (seed 22519: an FC volume listed on a
+// second node while the first, deleted, still had it mounted). It must first
+// wait for the informer to hold every pod at least as a quorum read shows it.
+func TestStartUpWaitsForThePodInformer(t *testing.T) {
+	vol := volumename.CSI(testDriver, "h-1")
+	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
+	pod.ResourceVersion = "7"
+	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce), boundClaim("ns", "claim-1", "pv-1"), pod)
+	// The informer lists (resourceVersion "0", from its cache) a past without the
+	// pod, and its watch delivers it only later; a quorum list (resourceVersion "")
+	// reads it.
+	client.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+			return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
+		}
+		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*pod.DeepCopy()}}, nil
+	})
+	watcher := watch.NewFake()
+	client.PrependWatchReactor("pods", clienttesting.DefaultWatchReactor(watcher, nil))
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		watcher.Add(pod.DeepCopy())
+	}()
+
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Cleanup(c.factory.Shutdown)
+	desired := false
+	err := c.Run(ctx, func() {
+		desired = c.desired.IsDesired(vol, "node-a")
+		cancel()
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !desired {
+		t.Errorf("at the first decision no pod on node-a needs %s; the API server has pod-1 there needing it", vol)
+	}
+}
+
+// TestStartUpDoesNotWaitForAPodDeletedAfterTheQuorumList: pods come and go all
+// the time, so a pod of the quorum list may be deleted before the informer is
+// looked at, and the informer never holds it. A listed pod the informer lacks is
+// read again: one the API server no longer has does not hold up the start.
+func TestStartUpDoesNotWaitForAPodDeletedAfterTheQuorumList(t *testing.T) {
+	gone := podUsing("ns", "gone", "node-a", "claim-1")
+	gone.ResourceVersion = "8"
+	client := fake.NewClientset(node("node-a", nil, nil))
+	client.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+			return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
+		}
+		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "9"}, Items: []v1.Pod{*gone.DeepCopy()}}, nil
+	})
+
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Cleanup(c.factory.Shutdown)
+	ready := false
+	if err := c.Run(ctx, func() {
+		ready = true
+		cancel()
+	}); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v", err)
+	}
+	if !ready {
+		t.Error("the controller never became ready: it waited for a pod deleted after the quorum list")
+	}
+}
+
 // TestStartUpRetriesAFailedQuorumList: a quorum list that fails says nothing of
 // what exists, so it cannot show the informers current: the controller lists again
 // until one answers, and decides only once the informers hold what it showed. The
@@ -100,16 +178,22 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 			n, err := c.informers.nodes.Lister().Get("node-a")
 			return err == nil && n.ResourceVersion == "7"
 		}},
+		{"pods", func(c *Controller) bool {
+			_, err := c.informers.pods.Lister().Pods("ns").Get("pod-1")
+			return err == nil
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.resource, func(t *testing.T) {
 			va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 			current := node("node-a", nil, nil)
 			current.ResourceVersion = "7"
-			client := fake.NewClientset(current, va)
+			pod := podUsing("ns", "pod-1", "node-a", "claim-1")
+			client := fake.NewClientset(current, va, pod)
 			informed := map[string]runtime.Object{
 				"volumeattachments": &storagev1.VolumeAttachmentList{},
 				"nodes":             &v1.NodeList{Items: []v1.Node{*node("node-a", nil, nil)}},
+				"pods":              &v1.PodList{},
 			}
 			informed["nodes"].(*v1.NodeList).Items[0].ResourceVersion = "5"
 			var failures atomic.Int32
@@ -126,9 +210,12 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 			client.PrependWatchReactor(tc.resource, clienttesting.DefaultWatchReactor(watcher, nil))
 			go func() {
 				time.Sleep(500 * time.Millisecond)
-				if tc.resource == "nodes" {
+				switch tc.resource {
+				case "nodes":
 					watcher.Modify(current.DeepCopy())
-				} else {
+				case "pods":
+					watcher.Add(pod.DeepCopy())
+				default:
 					watcher.Add(va.DeepCopy())
 				}
 			}()

@@ -44,6 +44,16 @@ var regressionSeeds = []struct {
 	// longer had the node, and the forced detach went ahead on the register's
 	// stale taint. Failed 10 of 100 runs on the code it was found on.
 	{"forced detach from a node gone, on a taint the register showed stale", 29480},
+	// A new leader's pod informer listed a past without a pod that still needed
+	// an FC volume on a node, and showed it only after it had gone: the wait for
+	// unmount started while the pod was there, the node was deleted, and the
+	// volume was force-detached and listed on a second node too early.
+	{"wait for unmount started from a new leader's pod informer behind the API server", 22519},
+	// The checker: an FC volume's record went with its node before the
+	// controller was ready; the node came back without it and was deleted again.
+	// The controller still had no record, and listing the volume on another node
+	// was no violation. (Failed 35 of 40 runs, not every one, before the fix.)
+	{"checker: an attachment whose record went with its node, through a second deletion of the node", 32801},
 }
 
 func TestRegressionSeeds(t *testing.T) {
