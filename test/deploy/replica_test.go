@@ -43,9 +43,11 @@ type replicaOptions struct {
 	account string
 	// lease, if set, turns leader election on with this Lease in namespace.
 	lease string
-	// args are more flags, such as lease timings. The HTTP server always listens on
-	// a free loopback port.
+	// args are more flags, such as lease timings.
 	args []string
+	// httpEndpoint is where the HTTPS server listens: a free loopback port if
+	// empty.
+	httpEndpoint string
 }
 
 // startReplica starts a controller process; it is killed when the test ends if it
@@ -71,7 +73,7 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 		args = append(args, "--leader-elect-resource-namespace="+namespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
-	args = append(append(args, o.args...), "--http-endpoint=127.0.0.1:0")
+	args = append(append(args, o.args...), "--http-endpoint="+cmp.Or(o.httpEndpoint, "127.0.0.1:0"))
 	ctrl, err := controllerproc.New(t.Context(), controllerproc.Options{
 		Binary:      env.Controller,
 		Kubeconfig:  kubeconfig,

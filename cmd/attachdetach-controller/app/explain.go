@@ -186,14 +186,19 @@ func askLeader(ctx context.Context, client kubernetes.Interface, userConfig *res
 	return r, nil
 }
 
-// leaderGet gets u: over HTTPS with the credentials of userConfig, not checking
-// the leader's certificate, which is self-signed unless the deployment gives
-// one; over plain HTTP with no credentials at all.
+// leaderGet gets u: over HTTPS with the credentials of userConfig, its token or
+// its client certificate, not checking the leader's certificate, which is
+// self-signed unless the deployment gives one; over plain HTTP with no
+// credentials at all.
 func leaderGet(ctx context.Context, userConfig *rest.Config, u string) ([]byte, error) {
 	httpClient := http.DefaultClient
 	if strings.HasPrefix(u, "https://") {
 		cfg := rest.CopyConfig(userConfig)
-		cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true}
+		cfg.TLSClientConfig = rest.TLSClientConfig{
+			Insecure: true,
+			CertFile: cfg.CertFile, KeyFile: cfg.KeyFile,
+			CertData: cfg.CertData, KeyData: cfg.KeyData,
+		}
 		var err error
 		if httpClient, err = rest.HTTPClientFor(cfg); err != nil {
 			return nil, fmt.Errorf("creating the client for the leader: %w", err)
