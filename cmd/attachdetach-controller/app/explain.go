@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -159,8 +160,14 @@ func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain
 
 // askLeader gets the leader's explanation from its HTTP endpoint. Over HTTPS it
 // sends the user's credentials from userConfig, which the leader has the API
-// server review: the user needs get on the non-resource URL /debug/explain.
+// server review: the user needs get on the non-resource URL /debug/explain. It
+// refuses to ask as an impersonated user, whom the leader would not see.
 func askLeader(ctx context.Context, client kubernetes.Interface, userConfig *rest.Config, o *ExplainOptions) (explain.Report, error) {
+	if imp := userConfig.Impersonate; imp.UserName != "" || imp.UID != "" || len(imp.Groups) > 0 || len(imp.Extra) > 0 {
+		// The leader authenticates the credentials themselves; impersonation is
+		// the API server's, and the leader would answer the real user.
+		return explain.Report{}, errors.New("the leader checks your own credentials, not --as or --as-group")
+	}
 	query := url.Values{"target": {string(o.Target.Kind) + "/" + o.Target.Name}, "namespace": {o.Target.Namespace}}
 	base := strings.TrimSuffix(o.LeaderURL, "/")
 	if base == "" {

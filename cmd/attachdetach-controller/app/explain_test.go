@@ -4,10 +4,13 @@ import (
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/explain"
 )
 
 // TestLeaderGetSendsTheUsersCredentials: explain asks the leader with the
@@ -51,6 +54,40 @@ func TestLeaderGetSendsTheUsersCredentials(t *testing.T) {
 			}
 			if (gotCerts > 0) != c.wantCert {
 				t.Errorf("the leader got %d client certificates, want some: %t", gotCerts, c.wantCert)
+			}
+		})
+	}
+}
+
+// TestAskLeaderRefusesImpersonation: with --as or --as-group, explain does not
+// ask the leader, which would authorize the kubeconfig's own user rather than
+// the one impersonated; it reads the cluster as the impersonated user instead.
+func TestAskLeaderRefusesImpersonation(t *testing.T) {
+	var asked atomic.Int32
+	leader := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		_, _ = w.Write([]byte("{}"))
+	}))
+	defer leader.Close()
+	for _, c := range []struct {
+		name        string
+		impersonate rest.ImpersonationConfig
+		wantErr     bool
+	}{
+		{"no impersonation", rest.ImpersonationConfig{}, false},
+		{"--as", rest.ImpersonationConfig{UserName: "oncall"}, true},
+		{"--as-group", rest.ImpersonationConfig{Groups: []string{"storage-oncall"}}, true},
+		{"--as-uid", rest.ImpersonationConfig{UID: "1234"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := asked.Load()
+			o := &ExplainOptions{LeaderURL: leader.URL, Target: explain.Target{Kind: explain.Node, Name: "node-a"}}
+			_, err := askLeader(t.Context(), nil, &rest.Config{BearerToken: "t0k3n", Impersonate: c.impersonate}, o)
+			if (err != nil) != c.wantErr {
+				t.Fatalf("askLeader: %v, want an error: %t", err, c.wantErr)
+			}
+			if wantAsked := !c.wantErr; (asked.Load() > before) != wantAsked {
+				t.Errorf("the leader was asked: %t, want %t", asked.Load() > before, wantAsked)
 			}
 		})
 	}
