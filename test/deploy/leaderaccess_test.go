@@ -61,6 +61,13 @@ func TestExplainFromLeaderThroughPortForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	bindExplainRoles(t, certUser)
+	// Asked before the API server applies a binding, the leader would cache
+	// its refusal for 10 s.
+	for _, user := range []string{explainUser, certUser} {
+		suite.EventuallySucceeds(t, operationTimeout, user+" to be allowed get on "+explainURL, func() error {
+			return allowed(t.Context(), user, explainURL)
+		})
+	}
 	for _, c := range []struct {
 		name   string
 		reader *explainReader
@@ -71,8 +78,6 @@ func TestExplainFromLeaderThroughPortForward(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			before := kubelet.forwarded.Load()
 			var stdout, stderr string
-			// The bindings take effect, in the API server and in the leader's
-			// cache of its reviews, within moments.
 			suite.EventuallySucceeds(t, operationTimeout, "explain to get the leader's answer", func() error {
 				var err error
 				stdout, stderr, err = c.reader.explain(t, "--from-leader", "pod/app", "-n", w.Namespace)
