@@ -157,7 +157,7 @@ func TestExplainReaderRBAC(t *testing.T) {
 	})
 
 	t.Run("bound", func(t *testing.T) {
-		bindExplainRoles(t)
+		bindExplainRoles(t, explainUser)
 		// The probe has a token of its own, so that its requests do not count as
 		// explain's.
 		probe := newExplainReader(t)
@@ -276,14 +276,14 @@ func (e *explainReader) requests(t *testing.T) []request {
 	return requestsOf(all, e.credential)
 }
 
-// bindExplainRoles binds the component's roles to explain's user with the
-// commands of docs/deploy.md, and removes the bindings when the test ends.
-func bindExplainRoles(t *testing.T) {
+// bindExplainRoles binds the component's roles to the user with the commands of
+// docs/deploy.md, and removes the bindings when the test ends.
+func bindExplainRoles(t *testing.T, user string) {
 	t.Helper()
-	name := "attachdetach-controller-explain-" + explainAccount
+	name := "attachdetach-controller-explain-" + strings.NewReplacer(":", "-").Replace(user)
 	for _, args := range [][]string{
-		{"create", "clusterrolebinding", name, "--clusterrole=" + explainClusterRole, "--user=" + explainUser},
-		{"create", "rolebinding", name, "--namespace=" + controllerNamespace, "--role=" + explainLeaderRole, "--user=" + explainUser},
+		{"create", "clusterrolebinding", name, "--clusterrole=" + explainClusterRole, "--user=" + user},
+		{"create", "rolebinding", name, "--namespace=" + controllerNamespace, "--role=" + explainLeaderRole, "--user=" + user},
 	} {
 		if _, _, err := kubectl(t.Context(), args...); err != nil {
 			t.Fatal(err)

@@ -34,6 +34,8 @@ var (
 	manifests string
 	// chart is the path of the Helm chart, charts/attachdetach-controller.
 	chart string
+	// clientCA signs the client certificates the API server accepts.
+	clientCA *certAuthority
 )
 
 func TestMain(m *testing.M) {
@@ -44,11 +46,39 @@ func TestMain(m *testing.M) {
 	}
 	manifests = filepath.Join(root, "manifests")
 	chart = filepath.Join(root, "charts", "attachdetach-controller")
-	opts := suite.Options{
-		ControlPlane: testenv.Options{AuditUsers: []string{testenv.ServiceAccountUser(controllerNamespace, controllerAccount), explainUser}},
-		Tools:        []string{binaries.Kubectl, binaries.Helm},
+	clientCAFile, cleanup, err := writeClientCA()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deploy:", err)
+		os.Exit(1)
 	}
-	os.Exit(suite.Main(m, opts, func(e *suite.Env) { env = e }))
+	opts := suite.Options{
+		ControlPlane: testenv.Options{
+			AuditUsers:     []string{testenv.ServiceAccountUser(controllerNamespace, controllerAccount), explainUser},
+			APIServerFlags: []string{"--client-ca-file=" + clientCAFile},
+		},
+		Tools: []string{binaries.Kubectl, binaries.Helm},
+	}
+	code := suite.Main(m, opts, func(e *suite.Env) { env = e })
+	cleanup()
+	os.Exit(code)
+}
+
+// writeClientCA makes clientCA and writes its certificate for the API server;
+// cleanup removes the file.
+func writeClientCA() (path string, cleanup func(), err error) {
+	if clientCA, err = newCertAuthority("deploy-test-client-ca"); err != nil {
+		return "", nil, err
+	}
+	dir, err := testenv.TempDir("deploy-client-ca")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if path, err = clientCA.writeCert(dir); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return path, cleanup, nil
 }
 
 // kubectl runs kubectl as the cluster admin and returns its standard output and

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -88,12 +89,49 @@ func renderedObjects(t *testing.T, kind string) []*unstructured.Unstructured {
 	return found
 }
 
-// The ClusterRoles of manifests/: the controller's, and the one for scrapers of
-// its /metrics.
+// The ClusterRoles of manifests/: the controller's, the one for scrapers of its
+// /metrics, and the controller's read of the cluster's client CA.
 const (
-	controllerClusterRole    = "attachdetach-controller"
-	metricsReaderClusterRole = "attachdetach-controller-metrics-reader"
+	controllerClusterRole     = "attachdetach-controller"
+	metricsReaderClusterRole  = "attachdetach-controller-metrics-reader"
+	clientCAReaderClusterRole = "attachdetach-controller-client-ca-reader"
 )
+
+// The ConfigMap of kube-system in which the API server publishes its client CA.
+const authenticationConfigMap = "extension-apiserver-authentication"
+
+// TestClientCAReaderGrantsOneConfigMap checks the client CA reader ClusterRole
+// grants only what the controller's informer of the API server's
+// authentication ConfigMap does, list and watch, on that ConfigMap by name, and
+// that it is bound to the controller's ServiceAccount alone.
+func TestClientCAReaderGrantsOneConfigMap(t *testing.T) {
+	role := renderedClusterRole(t, clientCAReaderClusterRole)
+	want := []rbacv1.PolicyRule{{
+		APIGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{authenticationConfigMap}, Verbs: []string{"list", "watch"},
+	}}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("ClusterRole %s rules = %+v, want %+v", role.Name, role.Rules, want)
+	}
+	var bound bool
+	for _, obj := range renderedObjects(t, "ClusterRoleBinding") {
+		binding := &rbacv1.ClusterRoleBinding{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, binding); err != nil {
+			t.Fatalf("converting the rendered ClusterRoleBinding %s: %v", obj.GetName(), err)
+		}
+		if binding.RoleRef.Name != clientCAReaderClusterRole {
+			continue
+		}
+		bound = true
+		wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: controllerAccount, Namespace: controllerNamespace}}
+		if !reflect.DeepEqual(binding.Subjects, wantSubjects) {
+			t.Errorf("ClusterRoleBinding %s subjects = %+v, want %+v", binding.Name, binding.Subjects, wantSubjects)
+		}
+	}
+	if !bound {
+		t.Errorf("no ClusterRoleBinding binds %s", clientCAReaderClusterRole)
+	}
+}
 
 // renderedClusterRole finds the rendered ClusterRole of that name.
 func renderedClusterRole(t *testing.T, name string) *rbacv1.ClusterRole {

@@ -43,9 +43,11 @@ type replicaOptions struct {
 	account string
 	// lease, if set, turns leader election on with this Lease in namespace.
 	lease string
-	// args are more flags, such as lease timings. The HTTP server always listens on
-	// a free loopback port.
+	// args are more flags, such as lease timings.
 	args []string
+	// httpEndpoint is where the HTTPS server listens: a free loopback port if
+	// empty.
+	httpEndpoint string
 }
 
 // startReplica starts a controller process; it is killed when the test ends if it
@@ -71,7 +73,7 @@ func startReplica(t *testing.T, name string, o replicaOptions) *replica {
 		args = append(args, "--leader-elect-resource-namespace="+namespace, "--leader-elect-resource-name="+o.lease)
 	}
 	// The last occurrence of a flag wins.
-	args = append(append(args, o.args...), "--http-endpoint=127.0.0.1:0")
+	args = append(append(args, o.args...), "--http-endpoint="+cmp.Or(o.httpEndpoint, "127.0.0.1:0"))
 	ctrl, err := controllerproc.New(t.Context(), controllerproc.Options{
 		Binary:      env.Controller,
 		Kubeconfig:  kubeconfig,
@@ -170,6 +172,20 @@ func (r *replica) get(path string) (int, []byte) {
 // replica's certificate is self-signed, as by default in a pod: it is not checked.
 func (r *replica) request(method, path, token string) (int, []byte) {
 	r.t.Helper()
+	return r.send(method, path, token, nil)
+}
+
+// requestWithCert sends a request for a path of the replica's HTTPS server with
+// the client certificate, and returns the status code and the body.
+func (r *replica) requestWithCert(method, path string, cert *tls.Certificate) (int, []byte) {
+	r.t.Helper()
+	return r.send(method, path, "", cert)
+}
+
+// send sends a request for a path of the replica's HTTPS server, with the bearer
+// token unless it is empty, and the client certificate unless it is nil.
+func (r *replica) send(method, path, token string, cert *tls.Certificate) (int, []byte) {
+	r.t.Helper()
 	addr := r.waitLog(`"Serving probes and metrics" address="([^"]+)"`)
 	ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
 	defer cancel()
@@ -180,7 +196,11 @@ func (r *replica) request(method, path, token string) (int, []byte) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	config := &tls.Config{InsecureSkipVerify: true}
+	if cert != nil {
+		config.Certificates = []tls.Certificate{*cert}
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: config}}
 	resp, err := client.Do(req)
 	if err != nil {
 		r.t.Fatalf("%s %s of replica %s: %v", method, path, r.name, err)

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -159,8 +160,14 @@ func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain
 
 // askLeader gets the leader's explanation from its HTTP endpoint. Over HTTPS it
 // sends the user's credentials from userConfig, which the leader has the API
-// server review: the user needs get on the non-resource URL /debug/explain.
+// server review: the user needs get on the non-resource URL /debug/explain. It
+// refuses to ask as an impersonated user, whom the leader would not see.
 func askLeader(ctx context.Context, client kubernetes.Interface, userConfig *rest.Config, o *ExplainOptions) (explain.Report, error) {
+	if imp := userConfig.Impersonate; imp.UserName != "" || imp.UID != "" || len(imp.Groups) > 0 || len(imp.Extra) > 0 {
+		// The leader authenticates the credentials themselves; impersonation is
+		// the API server's, and the leader would answer the real user.
+		return explain.Report{}, errors.New("the leader checks your own credentials, not --as or --as-group")
+	}
 	query := url.Values{"target": {string(o.Target.Kind) + "/" + o.Target.Name}, "namespace": {o.Target.Namespace}}
 	base := strings.TrimSuffix(o.LeaderURL, "/")
 	if base == "" {
@@ -186,14 +193,19 @@ func askLeader(ctx context.Context, client kubernetes.Interface, userConfig *res
 	return r, nil
 }
 
-// leaderGet gets u: over HTTPS with the credentials of userConfig, not checking
-// the leader's certificate, which is self-signed unless the deployment gives
-// one; over plain HTTP with no credentials at all.
+// leaderGet gets u: over HTTPS with the credentials of userConfig, its token or
+// its client certificate, not checking the leader's certificate, which is
+// self-signed unless the deployment gives one; over plain HTTP with no
+// credentials at all.
 func leaderGet(ctx context.Context, userConfig *rest.Config, u string) ([]byte, error) {
 	httpClient := http.DefaultClient
 	if strings.HasPrefix(u, "https://") {
 		cfg := rest.CopyConfig(userConfig)
-		cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true}
+		cfg.TLSClientConfig = rest.TLSClientConfig{
+			Insecure: true,
+			CertFile: cfg.CertFile, KeyFile: cfg.KeyFile,
+			CertData: cfg.CertData, KeyData: cfg.KeyData,
+		}
 		var err error
 		if httpClient, err = rest.HTTPClientFor(cfg); err != nil {
 			return nil, fmt.Errorf("creating the client for the leader: %w", err)

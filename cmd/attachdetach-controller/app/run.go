@@ -369,12 +369,13 @@ func serveEndpoints(ctx context.Context, o *Options, handler http.Handler) (stop
 	if o.HTTPEndpointInsecure {
 		return serveInsecure(ctx, ln, handler), nil
 	}
-	auth, err := newDelegatedAuth(o.Kubeconfig)
+	serveCtx, cancel := context.WithCancel(ctx)
+	auth, err := newDelegatedAuth(serveCtx, o.Kubeconfig)
 	if err != nil {
+		cancel()
 		_ = ln.Close()
 		return nil, err
 	}
-	serveCtx, cancel := context.WithCancel(ctx)
 	done, err := serveSecure(serveCtx, ln, o.TLSCertFile, o.TLSPrivateKeyFile, auth.wrap(handler))
 	if err != nil {
 		cancel()

@@ -35,6 +35,15 @@ var probePaths = []string{"/healthz", "/readyz", "/livez"}
 // authorizer allows them everything anyway.
 var privilegedGroups = []string{"system:masters"}
 
+// The ConfigMap in which the API server publishes the CA bundle it trusts for
+// client certificates (its --client-ca-file), for servers that delegate
+// authentication to it; kube-controller-manager reads it there too.
+const (
+	authenticationConfigMapNamespace = "kube-system"
+	authenticationConfigMapName      = "extension-apiserver-authentication"
+	clientCAKey                      = "client-ca-file"
+)
+
 // delegatedAuthCacheTTL is how long an answer of the API server about a token or
 // a permission is reused, so that a scrape every few seconds costs one review
 // per period, not one per scrape.
@@ -51,12 +60,15 @@ type delegatedAuth struct {
 	authorizer    authorizer.Authorizer
 }
 
-// newDelegatedAuth reads a request's bearer token with a TokenReview and decides
-// with a SubjectAccessReview on the request's path and verb (get, put), both
+// newDelegatedAuth authenticates a request by its client certificate, if the
+// cluster's client CA signed it, or by its bearer token, with a TokenReview, and
+// decides with a SubjectAccessReview on the request's path and verb (get, put),
 // with k8s.io/apiserver's delegating authenticator and authorizer. A request
-// without a token is anonymous on the probe paths only, which are allowed to
-// anyone, and unauthorized (401) anywhere else.
-func newDelegatedAuth(kubeconfig string) (*delegatedAuth, error) {
+// with neither is anonymous on the probe paths only, which are allowed to
+// anyone, and unauthorized (401) anywhere else. The client CA is read from the
+// API server's authentication ConfigMap, and followed, until ctx ends; until it
+// is read, or if it cannot be, no certificate is accepted.
+func newDelegatedAuth(ctx context.Context, kubeconfig string) (*delegatedAuth, error) {
 	cfg, err := restConfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -73,13 +85,20 @@ func newDelegatedAuth(kubeconfig string) (*delegatedAuth, error) {
 	for _, p := range probePaths {
 		anonymous = append(anonymous, apiserver.AnonymousAuthCondition{Path: p})
 	}
+	clientCA, err := dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca",
+		authenticationConfigMapNamespace, authenticationConfigMapName, clientCAKey, client)
+	if err != nil {
+		return nil, fmt.Errorf("following the cluster's client CA: %w", err)
+	}
+	go clientCA.Run(ctx, 1)
 	backoff := reviewRetryBackoff
 	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: true, Conditions: anonymous},
-		TokenAccessReviewClient:  client.AuthenticationV1(),
-		TokenAccessReviewTimeout: 10 * time.Second,
-		CacheTTL:                 delegatedAuthCacheTTL,
-		WebhookRetryBackoff:      &backoff,
+		Anonymous:                          &apiserver.AnonymousAuthConfig{Enabled: true, Conditions: anonymous},
+		ClientCertificateCAContentProvider: clientCA,
+		TokenAccessReviewClient:            client.AuthenticationV1(),
+		TokenAccessReviewTimeout:           10 * time.Second,
+		CacheTTL:                           delegatedAuthCacheTTL,
+		WebhookRetryBackoff:                &backoff,
 	}.New()
 	if err != nil {
 		return nil, fmt.Errorf("setting up delegated authentication: %w", err)
@@ -119,7 +138,7 @@ func (a *delegatedAuth) wrap(handler http.Handler) http.Handler {
 			if err != nil {
 				logger.V(2).Info("Request not authenticated", "path", r.URL.Path, "from", r.RemoteAddr, "err", err)
 			}
-			http.Error(w, "Unauthorized: send a bearer token the API server accepts", http.StatusUnauthorized)
+			http.Error(w, "Unauthorized: send a bearer token the API server accepts, or a client certificate its client CA signed", http.StatusUnauthorized)
 			return
 		}
 		attrs := authorizer.AttributesRecord{User: resp.User, Verb: strings.ToLower(r.Method), Path: r.URL.Path}
@@ -148,7 +167,10 @@ func serveSecure(ctx context.Context, ln net.Listener, certFile, keyFile string,
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate},
+		// A client certificate is asked for, not required: the authenticator
+		// checks it against the cluster's client CA, and a client without one
+		// sends a token.
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate, ClientAuth: tls.RequestClientCert},
 	}
 	stopped := make(chan struct{})
 	go func() {
