@@ -16,7 +16,9 @@
 // later write answers for it, and a delete of unknown outcome is settled with a
 // read before anything else happens to the volume: the detach reads the object
 // back, and if that fails too, a retry of its own reads it again with backoff
-// until the API server answers, whether or not the periodic pass runs.
+// until the API server answers, whether or not the periodic pass runs. The same
+// retry reads back a deleted object the informer never showed, until the API
+// server no longer has it: no informer event will tell of its end.
 package operationexecutor
 
 import (
