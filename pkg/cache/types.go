@@ -37,6 +37,18 @@ type Volume struct {
 	Migrated bool
 }
 
+// AttachmentOn names the object that attaches the volume to the node: the
+// VolumeAttachment the controller creates, named for the volume's handle, driver
+// and node, which kubelet waits for; "" for an in-tree iSCSI or Fibre Channel
+// volume, which node status alone attaches. A VolumeAttachment of another name
+// (another tool's copy) holds the volume there, but no pod can start on it.
+func (v Volume) AttachmentOn(node string) string {
+	if volumename.ReportOnly(v.Name) {
+		return ""
+	}
+	return volumename.AttachmentName(v.Handle, v.Driver, node)
+}
+
 // PodRef names a pod that needs a volume; events about the volume go on it.
 type PodRef struct {
 	Namespace string

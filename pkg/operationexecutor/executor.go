@@ -16,7 +16,9 @@
 // later write answers for it, and a delete of unknown outcome is settled with a
 // read before anything else happens to the volume: the detach reads the object
 // back, and if that fails too, a retry of its own reads it again with backoff
-// until the API server answers, whether or not the periodic pass runs.
+// until the API server answers, whether or not the periodic pass runs. The same
+// retry reads back a deleted object the informer never showed, until the API
+// server no longer has it: no informer event will tell of its end.
 package operationexecutor
 
 import (
@@ -408,31 +410,56 @@ func (e *Executor) Settle(ctx context.Context, att cache.Attachment) {
 var errBusy = errors.New("an operation on the volume runs")
 
 // settleDelete reads back, with read and unless an operation on it runs, an
-// object whose delete had an unknown outcome, records what it learns and has the
-// volume reconciled again.
-func (e *Executor) settleDelete(ctx context.Context, att cache.Attachment, read func(context.Context, cache.Attachment) (bool, error)) error {
+// object whose delete had an unknown outcome, or that the informer never showed
+// and whose delete took effect, records what it learns and has the volume
+// reconciled again.
+func (e *Executor) settleDelete(ctx context.Context, att cache.Attachment, read func(context.Context, cache.Attachment) (readOutcome, error)) error {
 	key := lockFor(att.Volume, att.Node, att.MultiAttach)
 	if !e.locks.tryAcquire(key) {
 		return errBusy
 	}
 	defer e.locks.free(key)
-	deleted, err := read(ctx, att)
+	outcome, err := read(ctx, att)
 	if err != nil {
 		return err
 	}
-	if deleted {
-		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+	if outcome != objectUntouched {
+		e.recordDeleted(ctx, att, outcome)
 	}
 	e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, false)
 	e.cfg.Done(att.Volume)
 	return nil
 }
 
+// recordDeleted records that the delete of the object took effect. The informer
+// tells when an object it has shown is gone; of one it never showed (the
+// controller's create got no answer, and the informer has not listed since) it
+// may never tell, as it never held it. Such an object is forgotten once the API
+// server no longer has it, and until then a retry of its own reads it back.
+func (e *Executor) recordDeleted(ctx context.Context, att cache.Attachment, outcome readOutcome) {
+	if outcome == objectGone && e.forgetIfUnseen(att) {
+		return
+	}
+	e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+	if cur, ok := e.cfg.Actual.Object(att.VolumeAttachment); ok && unsettled(cur) {
+		e.retrySettle(ctx, cur)
+	}
+}
+
+// unsettled tells whether only a read from the API server can settle what
+// became of the object: its delete had an unknown outcome, or it took effect on
+// an object the informer never showed.
+func unsettled(att cache.Attachment) bool {
+	return att.DeleteUnsettled || (att.Deleting && !att.Seen)
+}
+
 // retrySettle reads back, in its own goroutine, an object whose delete had an
-// unknown outcome, again and again with backoff, until the outcome is known
-// (from a read, or from the informer) or ctx ends. Nothing else may be waiting
-// to settle it: the reconciler leaves a volume alone while its delete may be
-// under way, and the periodic pass may be off.
+// unknown outcome, or took effect on an object the informer never showed, again
+// and again with backoff, until the outcome is known (from a read, or from the
+// informer) and, for the latter, the object is gone or the informer shows it, or
+// until ctx ends. Nothing else may be waiting to settle it: the reconciler
+// leaves a volume alone while its delete may be under way, and the periodic
+// pass may be off.
 func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -459,16 +486,19 @@ func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
 			case <-retry.C:
 			}
 			cur, ok := e.cfg.Actual.Object(att.VolumeAttachment)
-			if !ok || !cur.DeleteUnsettled || (att.UID != "" && cur.UID != att.UID) {
-				return
-			}
-			err := e.settleDelete(ctx, cur, e.readBack)
-			if err == nil {
-				logger.V(2).Info("Settled a delete of unknown outcome by reading the VolumeAttachment back")
+			if !ok || !unsettled(cur) || (att.UID != "" && cur.UID != att.UID) {
 				return
 			}
 			delay = min(2*delay, maxBackoff)
-			logger.V(2).Info("The outcome of a delete is still unknown, reading the VolumeAttachment again later", "err", err, "after", delay)
+			if err := e.settleDelete(ctx, cur, e.readBack); err != nil {
+				logger.V(2).Info("The outcome of a delete is still unknown, reading the VolumeAttachment again later", "err", err, "after", delay)
+				continue
+			}
+			if cur, ok := e.cfg.Actual.Object(att.VolumeAttachment); !ok || !unsettled(cur) {
+				logger.V(2).Info("Settled a delete by reading the VolumeAttachment back")
+				return
+			}
+			logger.V(2).Info("A deleted VolumeAttachment the informer never showed is still there, reading it again later", "after", delay)
 		}
 	}()
 }
@@ -672,7 +702,7 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 	err = e.cfg.Client.StorageV1().VolumeAttachments().Delete(wctx, att.VolumeAttachment, opts)
 	switch {
 	case err == nil:
-		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+		e.recordDeleted(ctx, att, objectDeleting)
 		return true, nil
 	case apierrors.IsNotFound(err):
 		e.forgetIfUnseen(att)
@@ -682,54 +712,74 @@ func (e *Executor) delete(ctx context.Context, att cache.Attachment) (settled bo
 	case refused(err):
 		return true, fmt.Errorf("deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
 	}
-	deleted, readErr := e.readDeleted(ctx, att)
+	outcome, readErr := e.readDeleted(ctx, att)
 	switch {
 	case readErr != nil:
 		e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, true)
 		e.retrySettle(ctx, att)
 		return false, fmt.Errorf("deleting VolumeAttachment %s: %w; reading it back to learn the outcome: %w", att.VolumeAttachment, err, readErr)
-	case deleted:
-		e.cfg.Actual.MarkDeleting(att.VolumeAttachment, att.UID)
+	case outcome != objectUntouched:
+		e.recordDeleted(ctx, att, outcome)
 		return true, nil
 	}
 	return true, fmt.Errorf("deleting VolumeAttachment %s: %w", att.VolumeAttachment, err)
 }
 
+// readOutcome is what a read after a delete learned of the object.
+type readOutcome int
+
+const (
+	// objectUntouched: the object is there, not being deleted.
+	objectUntouched readOutcome = iota
+	// objectDeleting: the object is being deleted, or was replaced by a newer
+	// one of its name.
+	objectDeleting
+	// objectGone: the API server does not have the object.
+	objectGone
+)
+
 // readDeleted reads the object back after a delete of unknown outcome, retrying
-// until the API server answers or the operation's time is up, and tells whether
-// the delete took effect.
-func (e *Executor) readDeleted(ctx context.Context, att cache.Attachment) (deleted bool, err error) {
+// until the API server answers or the operation's time is up, and tells what
+// became of it.
+func (e *Executor) readDeleted(ctx context.Context, att cache.Attachment) (readOutcome, error) {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 10 * time.Second}
+	var outcome readOutcome
 	var lastErr error
-	err = wait.ExponentialBackoffWithContext(rctx, backoff, func(ctx context.Context) (bool, error) {
-		deleted, lastErr = e.readBack(ctx, att)
+	err := wait.ExponentialBackoffWithContext(rctx, backoff, func(ctx context.Context) (bool, error) {
+		outcome, lastErr = e.readBack(ctx, att)
 		return lastErr == nil, nil
 	})
 	if err != nil {
-		return false, errors.Join(err, lastErr)
+		return objectUntouched, errors.Join(err, lastErr)
 	}
-	return deleted, nil
+	return outcome, nil
 }
 
-// readBack reads the object once after a delete of unknown outcome and tells
-// whether the delete took effect: the object is gone, being deleted, or replaced.
-func (e *Executor) readBack(ctx context.Context, att cache.Attachment) (deleted bool, err error) {
+// readBack reads the object once after a delete and tells what became of it.
+func (e *Executor) readBack(ctx context.Context, att cache.Attachment) (readOutcome, error) {
 	va, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, att.VolumeAttachment, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, nil
+		return objectGone, nil
 	case err != nil:
-		return false, fmt.Errorf("reading VolumeAttachment %s: %w", att.VolumeAttachment, err)
+		return objectUntouched, fmt.Errorf("reading VolumeAttachment %s: %w", att.VolumeAttachment, err)
+	case va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID):
+		return objectDeleting, nil
 	}
-	return va.DeletionTimestamp != nil || (att.UID != "" && va.UID != att.UID), nil
+	return objectUntouched, nil
 }
 
-func (e *Executor) forgetIfUnseen(att cache.Attachment) {
-	if cur, ok := e.cfg.Actual.Object(att.VolumeAttachment); ok && !cur.Seen {
-		e.cfg.Actual.Forget(att.VolumeAttachment, cur.UID)
+// forgetIfUnseen forgets the object if the informer never showed it, and
+// reports whether it did.
+func (e *Executor) forgetIfUnseen(att cache.Attachment) bool {
+	cur, ok := e.cfg.Actual.Object(att.VolumeAttachment)
+	if !ok || cur.Seen {
+		return false
 	}
+	_, forgotten := e.cfg.Actual.Forget(att.VolumeAttachment, cur.UID)
+	return forgotten
 }
 
 // waitGone waits until the informer no longer shows the object.

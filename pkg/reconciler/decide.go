@@ -152,7 +152,7 @@ func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) [
 		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == node }); i >= 0 {
 			on = &attachments[i]
 		}
-		d := decideAttach(on, r.cfg.Nodes.Get(node))
+		d := decideAttach(on, desired.Spec.AttachmentOn(node), r.cfg.Nodes.Get(node))
 		d.Wanted = true
 		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
 			if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
@@ -249,34 +249,33 @@ func policyOf(driver string) string {
 }
 
 // decideAttach applies the attach rules to a node whose pods need the volume; on
-// is what exists of the volume there, if anything. Whether another node holds a
+// is what exists of the volume there, if anything, and own names the object the
+// controller attaches it with (cache.Volume.AttachmentOn): the one kubelet waits
+// for, whatever copies of it other tools made. Whether another node holds a
 // single-attach volume is the executor's to check, under the volume's lock.
-func decideAttach(on *cache.OnNode, node cache.Node) Decision {
+func decideAttach(on *cache.OnNode, own string, node cache.Node) Decision {
 	d := Decision{Node: node.Name, Action: ActionAttach, Reason: "to be attached"}
+	var mine *cache.Attachment
+	if on != nil {
+		if i := slices.IndexFunc(on.Objects, func(a cache.Attachment) bool { return a.VolumeAttachment == own }); i >= 0 {
+			mine = &on.Objects[i]
+		}
+	}
 	switch {
-	case on != nil && on.Deleting():
+	case mine != nil && (mine.Deleting || mine.DeleteUnsettled):
 		d.Action, d.Reason = ActionWait, "its previous VolumeAttachment on this node is being deleted: waiting for the CSI external-attacher to detach it first"
-	case on != nil && on.Attached():
+	case mine != nil && mine.Attached:
 		d.Action, d.Reason = ActionNone, "attached"
 	case !node.Exists():
 		d.Action, d.Reason = ActionWait, fmt.Sprintf("node %s does not exist", node.Name)
 	case !node.Managed:
 		d.Action, d.Reason = ActionWait, fmt.Sprintf("node %s is not managed by the attach/detach controller (no %s=true annotation): kubelet attaches there itself", node.Name, cache.ManagedAnnotation)
-	case on != nil && attachError(*on) != "":
-		d.Reason = "attaching; the CSI driver reported: " + attachError(*on)
-	case on != nil:
+	case mine != nil && mine.AttachError != "":
+		d.Reason = "attaching; the CSI driver reported: " + mine.AttachError
+	case mine != nil:
 		d.Reason = "attaching: waiting for the CSI external-attacher"
 	}
 	return d
-}
-
-func attachError(on cache.OnNode) string {
-	for _, a := range on.Objects {
-		if a.AttachError != "" {
-			return a.AttachError
-		}
-	}
-	return ""
 }
 
 func detachError(on cache.OnNode) string {

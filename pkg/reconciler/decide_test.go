@@ -126,7 +126,7 @@ func TestDecisionReasons(t *testing.T) {
 
 func TestAttachDecisionReasons(t *testing.T) {
 	node := cache.Node{Name: "node-b", Presence: cache.NodePresent, Managed: true}
-	failing := cache.OnNode{Objects: []cache.Attachment{{AttachError: "rpc error: code = ResourceExhausted"}}}
+	failing := cache.OnNode{Objects: []cache.Attachment{{VolumeAttachment: "va-b", AttachError: "rpc error: code = ResourceExhausted"}}}
 	tests := []struct {
 		name       string
 		on         *cache.OnNode
@@ -141,7 +141,7 @@ func TestAttachDecisionReasons(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decideAttach(tc.on, tc.node)
+			d := decideAttach(tc.on, "va-b", tc.node)
 			if d.Action != tc.wantAction || !strings.HasPrefix(d.Reason, tc.wantReason) {
 				t.Errorf("decision = %s %q, want %s %q", d.Action, d.Reason, tc.wantAction, tc.wantReason)
 			}
@@ -227,7 +227,7 @@ func TestAWaitForUnmountEndsWhenAPodNeedsTheVolumeAgain(t *testing.T) {
 func TestEachNodeIsJudgedOnItsOwnAttachment(t *testing.T) {
 	vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h", MultiAttach: true}
 	actual := cache.NewActualState()
-	actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-a", UID: "uid-a", Attached: true, MultiAttach: true})
+	actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: vol.AttachmentOn("node-a"), UID: "uid-a", Attached: true, MultiAttach: true})
 	desired := cache.NewDesiredState()
 	desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-a", UID: "u-a"}, "node-a", []cache.Volume{vol})
 	desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-b", UID: "u-b"}, "node-b", []cache.Volume{vol})
