@@ -223,7 +223,7 @@ func TestOneRetryAtATimeForAnObject(t *testing.T) {
 	if got, _ := h.actual.Object(vaName(testNode)); got.DeleteUnsettled {
 		t.Errorf("record %+v, want settled", got)
 	}
-	want := []string{"Settled a delete of unknown outcome by reading the VolumeAttachment back"}
+	want := []string{"Settled a delete by reading the VolumeAttachment back"}
 	if got := logged()[ktesting.LogInfo]; !slices.Equal(got, want) {
 		t.Errorf("logged %q, want %q: one retry, whose first read settled the delete", got, want)
 	}
@@ -240,7 +240,7 @@ func TestARetryEndsWithTheReadThatSettlesIt(t *testing.T) {
 	if h.reads() != 1 {
 		t.Errorf("%d reads, want 1", h.reads())
 	}
-	want := []string{"Settled a delete of unknown outcome by reading the VolumeAttachment back"}
+	want := []string{"Settled a delete by reading the VolumeAttachment back"}
 	if got := logged()[ktesting.LogInfo]; !slices.Equal(got, want) {
 		t.Errorf("logged %q, want %q", got, want)
 	}
