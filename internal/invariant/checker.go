@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 )
 
 // syncTimeout bounds how long Violations waits for the watches to catch up.
@@ -81,7 +82,7 @@ type stream struct {
 type check struct {
 	rv    uint64
 	needs []kind
-	judge func() (violation string)
+	judge func() (violations []string)
 }
 
 // Start lists the three resources and watches them from there on, until Stop or ctx
@@ -345,44 +346,63 @@ func (c *Checker) scheduleOverlapCheck(vol volumeRef, rv uint64) {
 		return
 	}
 	c.overlaps[key] = nodes
-	var names []string
-	for _, n := range nodes {
-		slices.Sort(attachmentsOf[n])
-		names = append(names, attachmentsOf[n]...)
-	}
-	c.pending = append(c.pending, check{rv: rv, needs: []kind{pvKind}, judge: func() string {
+	c.pending = append(c.pending, check{rv: rv, needs: []kind{pvKind}, judge: func() []string {
 		facts, known := c.volumeFacts(vol, rv)
-		if !known || !facts.singleAttach {
-			return ""
+		if !known {
+			return nil
 		}
-		return fmt.Sprintf("single-attach volume %s has VolumeAttachments on nodes %s at resourceVersion %d: %s",
-			describe(vol), strings.Join(nodes, ", "), rv, strings.Join(names, ", "))
+		v := safetyrules.Volume{Ref: describe(vol), Name: facts.uniqueName, SingleAttach: facts.singleAttach}
+		var attachments []safetyrules.Attachment
+		for node, names := range attachmentsOf {
+			for _, name := range names {
+				attachments = append(attachments, safetyrules.Attachment{Name: name, Node: node, Volume: v})
+			}
+		}
+		return worded(safetyrules.SingleAttached(attachments, atRV(rv))...)
 	}})
 }
 
 // scheduleDeletionCheck schedules the check that a VolumeAttachment's deletion,
-// requested at rv, did not pull a volume from under a running mount.
+// requested at rv, did not pull a volume from under a running mount. The checker
+// sees no pods: a node not Ready may lose any volume.
 func (c *Checker) scheduleDeletionCheck(name string, rv uint64, a attachment) {
-	c.pending = append(c.pending, check{rv: rv, needs: []kind{nodeKind, pvKind}, judge: func() string {
+	c.pending = append(c.pending, check{rv: rv, needs: []kind{nodeKind, pvKind}, judge: func() []string {
 		facts, known := c.volumeFacts(a.volume, rv)
 		if !known || facts.uniqueName == "" {
-			return ""
+			return nil
 		}
 		h := c.nodes[a.node]
 		if h == nil {
-			return ""
+			return nil
 		}
 		node, ok := h.at(rv)
-		if !ok || !node.exists || !node.ready || node.outOfService || !node.inUse[facts.uniqueName] {
-			return ""
+		if !ok {
+			return nil
 		}
-		vol := facts.uniqueName
-		if !h.mayHaveMounted(rv, func(v nodeVersion) bool { return v.inUse[vol] }, func(v nodeVersion) bool { return v.attached[vol] }) {
-			return ""
+		snap := safetyrules.Snapshot{
+			Nodes: map[string]*safetyrules.NodeHealth{a.node: {
+				Deleted: !node.exists, Unhealthy: !node.exists || !node.ready, OutOfService: node.outOfService,
+			}},
+			Mounted: func(_, vol string) bool {
+				return h.mayHaveMounted(rv, func(v nodeVersion) bool { return v.inUse[vol] }, func(v nodeVersion) bool { return v.attached[vol] })
+			},
 		}
-		return fmt.Sprintf("deletion of VolumeAttachment %s (volume %s) requested at resourceVersion %d while Ready node %s (no out-of-service taint) listed %s in volumesInUse and may have mounted it",
-			name, describe(a.volume), rv, a.node, facts.uniqueName)
+		v, broken := snap.Detached(safetyrules.Detach{Node: a.node, Volume: facts.uniqueName, Attachment: name, When: atRV(rv)})
+		if !broken {
+			return nil
+		}
+		return worded(v)
 	}})
+}
+
+func atRV(rv uint64) string { return fmt.Sprintf("at resourceVersion %d", rv) }
+
+func worded(vs ...safetyrules.Violation) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.String()
+	}
+	return out
 }
 
 func describe(vol volumeRef) string {
@@ -418,9 +438,7 @@ func (c *Checker) evaluate() {
 			kept = append(kept, chk)
 			continue
 		}
-		if v := chk.judge(); v != "" {
-			c.violations = append(c.violations, v)
-		}
+		c.violations = append(c.violations, chk.judge()...)
 	}
 	c.pending = kept
 	if c.events%1000 == 0 {
@@ -524,9 +542,7 @@ func (c *Checker) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, chk := range c.pending {
-		if v := chk.judge(); v != "" {
-			c.violations = append(c.violations, v)
-		}
+		c.violations = append(c.violations, chk.judge()...)
 	}
 	c.pending = nil
 }

@@ -151,23 +151,6 @@ func wantViolations(t *testing.T, c *Checker, want int, mustContain string) {
 	}
 }
 
-func TestSingleAttach(t *testing.T) {
-	for _, tc := range []struct {
-		modes []corev1.PersistentVolumeAccessMode
-		want  bool
-	}{
-		{modes: nil, want: false},
-		{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, want: true},
-		{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}, want: true},
-		{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}, want: false},
-		{modes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, want: false},
-	} {
-		if got := singleAttach(tc.modes); got != tc.want {
-			t.Errorf("singleAttach(%v) = %t, want %t", tc.modes, got, tc.want)
-		}
-	}
-}
-
 func TestMultiAttach(t *testing.T) {
 	for _, tc := range []struct {
 		name       string

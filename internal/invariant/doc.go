@@ -1,15 +1,10 @@
 // Package invariant watches an API server for the whole length of a test and records
-// every moment the attach/detach safety rules were broken:
-//
-//   - a single-attach volume (a PersistentVolume whose access modes are listed and
-//     include neither ReadWriteMany nor ReadOnlyMany) had VolumeAttachments, in any
-//     state, on two nodes at the same time;
-//   - a VolumeAttachment's deletion was requested (deletionTimestamp set, or the object
-//     removed) while its node listed the volume in status.volumesInUse, was Ready,
-//     had no node.kubernetes.io/out-of-service taint, and may have mounted the volume:
-//     it had listed it in use continuously since a moment status.volumesAttached also
-//     listed it (kubelet mounts only then; a volume reported in use only after the
-//     controller took it out of volumesAttached cannot be mounted).
+// every moment it broke the safety rules of internal/safetyrules that an API watch
+// can judge: rule 1 (single-attach), and rule 2 (mounted-detach) for VolumeAttachments.
+// It sees no pods and no mounts: it counts a volume mounted while its node has listed
+// it in status.volumesInUse continuously since a moment status.volumesAttached listed
+// it too (kubelet mounts only then), and lets a node that is not Ready lose any volume.
+// A migrated in-tree volume is judged by its CSI translation.
 //
 // It orders events of VolumeAttachments, Nodes and PersistentVolumes by resourceVersion
 // (etcd's revision), so each rule is judged against the state of the other objects at

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
@@ -65,14 +66,8 @@ func factsOf(pv *corev1.PersistentVolume) volumeFacts {
 	}
 	return volumeFacts{
 		uniqueName:   sim.UniqueVolumeName(csi.Spec.CSI.Driver, csi.Spec.CSI.VolumeHandle),
-		singleAttach: singleAttach(csi.Spec.AccessModes),
+		singleAttach: safetyrules.SingleAttach(csi.Spec.AccessModes),
 	}
-}
-
-// singleAttach tells whether access modes allow attaching to one node only. Volumes
-// without access modes are not checked.
-func singleAttach(modes []corev1.PersistentVolumeAccessMode) bool {
-	return len(modes) > 0 && !slices.Contains(modes, corev1.ReadWriteMany) && !slices.Contains(modes, corev1.ReadOnlyMany)
 }
 
 // nodeVersion is a node's state from one resourceVersion on.

@@ -1,39 +1,6 @@
-// Package simcheck checks the attach/detach safety rules after every write a
-// fakeapi store applies, against the API's state at that instant and what the
-// simulated kubelets have mounted, and checks convergence at the end:
-//
-//  1. a single-attach volume (access modes listed, neither ReadWriteMany nor
-//     ReadOnlyMany) never has VolumeAttachments, in any state, on two nodes;
-//  2. a VolumeAttachment's deletion (deletionTimestamp set, or the object removed
-//     without one) never happens while the kubelet of its node has the volume
-//     mounted, unless the node carries the out-of-service taint, or the node is
-//     NotReady or deleted and no pod there has needed the volume for
-//     MaxWaitForUnmount. A node deleted while tainted counts as still tainted.
-//     Since a request may be held back by an injected delay, a deletion also
-//     counts as allowed if the rule held within Grace before it; and since the
-//     controller sees pods through informers that an injected delay or a relist
-//     holds back (a pod that came and went inside a watch gap is never seen), the
-//     wait may count from up to Grace before the last pod there went.
-//  3. an in-tree iSCSI or Fibre Channel volume, which has no VolumeAttachment and
-//     is attached by node status listing it, is never listed in the
-//     volumesAttached of a node while kubelet on another node may have it mounted,
-//     if it is a single-attach PV: has it mounted, or lists it in volumesInUse
-//     and has done so continuously since a version of its node whose
-//     volumesAttached listed it too (kubelet mounts only what both lists show).
-//     As node status is written one node at a time, the rule is judged when a
-//     node's listing of the volume begins and when a kubelet's chance to mount it
-//     begins. As with VolumeAttachments, whose deletion rule 2 judges and which
-//     rule 1 no longer counts once gone, a node the controller took the volume
-//     off (judged by rule 4) no longer counts until it lists it again, whatever
-//     it still has mounted; nor does a node whose force-detach conditions (as in
-//     rule 2) hold; nor one whose Node object, with its status, the only record
-//     of the attachment, was deleted before the running controller was ready (it
-//     lists nodes on its way there), the volume not listed there since (no
-//     controller can know it was attached there, nor can
-//     kube-controller-manager).
-//  4. such a volume never leaves the volumesAttached of a node while the kubelet
-//     there has it mounted, unless rule 2's force-detach conditions hold: for it,
-//     that is the detach.
+// Package simcheck feeds the safety rules (internal/safetyrules) after every
+// write a fakeapi store applies, with the API's state at that instant and what
+// the simulated kubelets have mounted, and checks convergence at the end.
 package simcheck
 
 import (
@@ -49,71 +16,30 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
 )
 
-// Rules are the controller's settings the checker judges force detaches by.
-type Rules struct {
-	// MaxWait is the wait for unmount before a force detach from a node not
-	// Ready; Grace how long a force rule is still honoured once it ended (a
-	// decision made under it may still be on its way).
-	MaxWait, Grace time.Duration
-	// NeverForce tells whether a volume is never force-detached on the timeout.
-	NeverForce func(volume string) bool
-	// DetachOnShutdownTaint lets a node not Ready with the cloud provider's
-	// shutdown taint lose its volumes at once.
-	DetachOnShutdownTaint bool
-}
-
 // Checker is a fakeapi Observer.
 type Checker struct {
-	rules  Rules
-	mounts *simworld.Mounts
 	report func(string)
 
 	mu         sync.Mutex
 	violations []string
-	wanted     map[simworld.NodeVolume]bool
-	// unwantedSince is when a volume stopped being needed on a node; a volume
-	// never needed there is absent.
-	unwantedSince map[simworld.NodeVolume]time.Time
-	health        map[string]*nodeHealth
-	// mayMount holds the volumes each node's kubelet may mount or have mounted by
-	// what its status said: listed in volumesInUse continuously since a version
-	// that listed them in volumesAttached too.
-	mayMount map[simworld.NodeVolume]bool
-	// lastListed is when a write of a node last left a volume listed in its
-	// volumesAttached, lastRemoved when a write of the node took it out.
-	lastListed, lastRemoved map[simworld.NodeVolume]time.Time
-	// ready is when the last controller incarnation became ready.
-	ready time.Time
-}
-
-// nodeHealth is when a node's force-detach conditions began and ended.
-type nodeHealth struct {
-	unhealthy, outOfService bool
-	// shutdown: not Ready with the cloud provider's shutdown taint;
-	// shutdownEndedAt when that last ended.
-	shutdown        bool
-	shutdownEndedAt time.Time
-	// healthyAt is when it last became Ready again (zero: never), taintRemovedAt
-	// when it last lost the out-of-service taint.
-	unhealthySince, healthyAt, taintRemovedAt time.Time
-	// deletions are the times its Node object was deleted, oldest first.
-	deletions []time.Time
+	// snap is kept up to date with every write; its Now is the last write's.
+	snap safetyrules.Snapshot
 }
 
 // New returns a checker; report is told of each violation as it happens.
-func New(rules Rules, mounts *simworld.Mounts, report func(string)) *Checker {
-	if rules.NeverForce == nil {
-		rules.NeverForce = func(string) bool { return false }
-	}
-	return &Checker{
-		rules: rules, mounts: mounts, report: report,
-		wanted: map[simworld.NodeVolume]bool{}, unwantedSince: map[simworld.NodeVolume]time.Time{}, health: map[string]*nodeHealth{},
-		mayMount: map[simworld.NodeVolume]bool{}, lastListed: map[simworld.NodeVolume]time.Time{}, lastRemoved: map[simworld.NodeVolume]time.Time{},
-	}
+func New(settings safetyrules.Settings, mounts *simworld.Mounts, report func(string)) *Checker {
+	return &Checker{report: report, snap: safetyrules.Snapshot{
+		Settings: settings,
+		Nodes:    map[string]*safetyrules.NodeHealth{},
+		Needed:   map[safetyrules.NodeVolume]bool{}, UnneededSince: map[safetyrules.NodeVolume]time.Time{},
+		Mounted:  mounts.Mounted,
+		MayMount: map[safetyrules.NodeVolume]bool{}, LastListed: map[safetyrules.NodeVolume]time.Time{}, LastRemoved: map[safetyrules.NodeVolume]time.Time{},
+	}}
 }
 
 // ControllerReady tells the checker that a controller incarnation, which lists
@@ -121,7 +47,7 @@ func New(rules Rules, mounts *simworld.Mounts, report func(string)) *Checker {
 func (c *Checker) ControllerReady() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ready = time.Now()
+	c.snap.ControllerReady = time.Now()
 }
 
 // Violations returns the violations seen so far.
@@ -135,109 +61,87 @@ func (c *Checker) Violations() []string {
 func (c *Checker) Violate(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.violate(format, args...)
+	c.violate(fmt.Sprintf(format, args...))
 }
 
-func (c *Checker) violate(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+func (c *Checker) violate(msg string) {
 	c.violations = append(c.violations, msg)
 	c.report(msg)
+}
+
+func (c *Checker) violateAll(vs ...safetyrules.Violation) {
+	for _, v := range vs {
+		c.violate(v.String())
+	}
 }
 
 // Observe is the store's observer.
 func (c *Checker) Observe(r fakeapi.Reader, w fakeapi.Write) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	c.snap.Now = time.Now()
 	switch w.Ref.Resource {
 	case fakeapi.Pods, fakeapi.PVCs, fakeapi.PVs, fakeapi.CSIDrivers:
-		c.updateWanted(r, now)
+		c.updateNeeded(r)
 	case fakeapi.Nodes:
-		c.updateHealth(w.Ref.Name, w.New, now)
-		c.checkReportOnly(r, w, now)
+		c.updateHealth(w.Ref.Name, w.New)
+		c.checkNodeStatus(r, w)
 	case fakeapi.VolumeAttachments:
-		c.checkDeletion(r, w, now)
-		c.checkSingleAttach(r)
+		c.checkDeletion(r, w)
+		c.checkSingleAttach(r, w)
 	}
 }
 
-func (c *Checker) updateWanted(r fakeapi.Reader, now time.Time) {
-	wanted := map[simworld.NodeVolume]bool{}
+func (c *Checker) updateNeeded(r fakeapi.Reader) {
+	needed := map[safetyrules.NodeVolume]bool{}
 	for nv := range simworld.Wanted(r) {
-		wanted[nv] = true
-		delete(c.unwantedSince, nv)
+		k := safetyrules.NodeVolume(nv)
+		needed[k] = true
+		delete(c.snap.UnneededSince, k)
 	}
-	for nv := range c.wanted {
-		if !wanted[nv] {
-			c.unwantedSince[nv] = now
+	for nv := range c.snap.Needed {
+		if !needed[nv] {
+			c.snap.UnneededSince[nv] = c.snap.Now
 		}
 	}
-	c.wanted = wanted
+	c.snap.Needed = needed
 }
 
-func (c *Checker) updateHealth(name string, obj any, now time.Time) {
-	h, ok := c.health[name]
+func (c *Checker) updateHealth(name string, obj any) {
+	now := c.snap.Now
+	h, ok := c.snap.Nodes[name]
 	if !ok {
-		h = &nodeHealth{}
-		c.health[name] = h
+		h = &safetyrules.NodeHealth{}
+		c.snap.Nodes[name] = h
 	}
 	node, _ := obj.(*corev1.Node)
 	if node == nil {
-		h.deletions = append(h.deletions, now)
+		h.Deletions = append(h.Deletions, now)
 	}
 	unhealthy := node == nil || !sim.Ready(node)
 	// A node deleted while out of service stays shut down.
-	oos := h.outOfService
+	oos := h.OutOfService
 	if node != nil {
 		oos = simworld.OutOfService(node)
 	}
-	switch {
-	case unhealthy && !h.unhealthy:
-		h.unhealthySince = now
-	case !unhealthy && h.unhealthy:
-		h.healthyAt = now
+	if !unhealthy && h.Unhealthy {
+		h.HealthyAt = now
 	}
-	if !oos && h.outOfService {
-		h.taintRemovedAt = now
+	if !oos && h.OutOfService {
+		h.TaintRemovedAt = now
 	}
-	shutdown := h.shutdown
+	shutdown := h.Shutdown
 	if node != nil {
 		shutdown = unhealthy && simworld.ShutdownTainted(node)
 	}
-	if !shutdown && h.shutdown {
-		h.shutdownEndedAt = now
+	if !shutdown && h.Shutdown {
+		h.ShutdownEndedAt = now
 	}
-	h.unhealthy, h.outOfService, h.shutdown = unhealthy, oos, shutdown
+	h.Deleted, h.Unhealthy, h.OutOfService, h.Shutdown = node == nil, unhealthy, oos, shutdown
 }
 
-// forceAllowed tells whether rule 2 lets the volume be detached from the node
-// while mounted.
-func (c *Checker) forceAllowed(node, volume string, now time.Time) bool {
-	h, ok := c.health[node]
-	if !ok {
-		return false
-	}
-	if h.outOfService || (!h.taintRemovedAt.IsZero() && now.Sub(h.taintRemovedAt) <= c.rules.Grace) {
-		return true
-	}
-	if c.rules.DetachOnShutdownTaint && (h.shutdown || (!h.shutdownEndedAt.IsZero() && now.Sub(h.shutdownEndedAt) <= c.rules.Grace)) {
-		return true
-	}
-	if c.wanted[simworld.NodeVolume{Node: node, Volume: volume}] || c.rules.NeverForce(volume) {
-		return false
-	}
-	// The last instant the node was unhealthy, if within the grace.
-	last := now
-	if !h.unhealthy {
-		if h.healthyAt.IsZero() || now.Sub(h.healthyAt) > c.rules.Grace {
-			return false
-		}
-		last = h.healthyAt
-	}
-	return last.Sub(c.unwantedSince[simworld.NodeVolume{Node: node, Volume: volume}]) >= c.rules.MaxWait-c.rules.Grace
-}
-
-func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write, now time.Time) {
+// checkDeletion judges rule 2 on a VolumeAttachment's deletion.
+func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write) {
 	old, _ := w.Old.(*storagev1.VolumeAttachment)
 	if old == nil || old.DeletionTimestamp != nil {
 		return
@@ -246,62 +150,47 @@ func (c *Checker) checkDeletion(r fakeapi.Reader, w fakeapi.Write, now time.Time
 		return
 	}
 	vol, ok := attachmentVolume(r, old)
-	if !ok || !c.mounts.Mounted(old.Spec.NodeName, vol) || c.forceAllowed(old.Spec.NodeName, vol, now) {
+	if !ok {
 		return
 	}
-	c.violate("INVARIANT mounted-detach: %s deleted VolumeAttachment %s (%s on %s) while kubelet on %s has it mounted; node %s",
-		w.Actor, old.Name, vol, old.Spec.NodeName, old.Spec.NodeName, c.describeNode(r, old.Spec.NodeName, vol, now))
+	if v, broken := c.snap.Detached(safetyrules.Detach{Node: old.Spec.NodeName, Volume: vol.Name, Attachment: old.Name, When: by(w)}); broken {
+		c.violateAll(v)
+	}
 }
 
-func (c *Checker) describeNode(r fakeapi.Reader, name, vol string, now time.Time) string {
-	s := "deleted"
-	if node, ok := fakeapi.Get[*corev1.Node](r, "", name); ok {
-		s = fmt.Sprintf("Ready=%v out-of-service=%v volumesInUse=%v", sim.Ready(node), simworld.OutOfService(node), node.Status.VolumesInUse)
-	}
-	nv := simworld.NodeVolume{Node: name, Volume: vol}
-	if c.wanted[nv] {
-		return s + ", volume still needed by a pod there"
-	}
-	if since, ok := c.unwantedSince[nv]; ok {
-		return s + fmt.Sprintf(", volume unneeded there for %s", now.Sub(since))
-	}
-	return s
-}
+// by words who made a write.
+func by(w fakeapi.Write) string { return "by " + w.Actor }
 
-// attachmentVolume returns the unique name of a VolumeAttachment's volume.
-func attachmentVolume(r fakeapi.Reader, va *storagev1.VolumeAttachment) (string, bool) {
+// attachmentVolume returns a VolumeAttachment's volume.
+func attachmentVolume(r fakeapi.Reader, va *storagev1.VolumeAttachment) (safetyrules.Volume, bool) {
 	if va.Spec.Source.PersistentVolumeName == nil {
-		return "", false
+		return safetyrules.Volume{}, false
 	}
-	v, ok := simworld.PVVolume(r, *va.Spec.Source.PersistentVolumeName)
-	return v.Name, ok
+	return pvVolume(r, *va.Spec.Source.PersistentVolumeName)
 }
 
-func (c *Checker) checkSingleAttach(r fakeapi.Reader) {
-	nodes := map[string]map[string]bool{}
+// pvVolume returns what the rules know of a PV's volume, if it exists and needs
+// attaching.
+func pvVolume(r fakeapi.Reader, pv string) (safetyrules.Volume, bool) {
+	v, ok := simworld.PVVolume(r, pv)
+	return safetyrules.Volume{Ref: "PV " + pv, Name: v.Name, SingleAttach: v.SingleAttach}, ok
+}
+
+// checkSingleAttach judges rule 1 over every VolumeAttachment.
+func (c *Checker) checkSingleAttach(r fakeapi.Reader, w fakeapi.Write) {
+	var attachments []safetyrules.Attachment
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
-		if va.Spec.Source.PersistentVolumeName == nil {
-			continue
-		}
-		pv := *va.Spec.Source.PersistentVolumeName
-		if v, ok := simworld.PVVolume(r, pv); !ok || !v.SingleAttach {
-			continue
-		}
-		if nodes[pv] == nil {
-			nodes[pv] = map[string]bool{}
-		}
-		nodes[pv][va.Spec.NodeName] = true
-	}
-	for _, pv := range slices.Sorted(maps.Keys(nodes)) {
-		if len(nodes[pv]) > 1 {
-			c.violate("INVARIANT single-attach: single-attach volume %s has VolumeAttachments on nodes %v", pv, slices.Sorted(maps.Keys(nodes[pv])))
+		if v, ok := attachmentVolume(r, va); ok {
+			attachments = append(attachments, safetyrules.Attachment{Name: va.Name, Node: va.Spec.NodeName, Volume: v})
 		}
 	}
+	c.violateAll(safetyrules.SingleAttached(attachments, by(w))...)
 }
 
-// checkReportOnly checks rules 3 and 4 on a write of a node.
-func (c *Checker) checkReportOnly(r fakeapi.Reader, w fakeapi.Write, now time.Time) {
-	name := w.Ref.Name
+// checkNodeStatus judges rules 2 and 3 on a write of a node, for the iSCSI and
+// Fibre Channel volumes its status attaches.
+func (c *Checker) checkNodeStatus(r fakeapi.Reader, w fakeapi.Write) {
+	name, now := w.Ref.Name, c.snap.Now
 	old, _ := w.Old.(*corev1.Node)
 	node, _ := w.New.(*corev1.Node)
 	wasListed, listed := attachedVolumes(old), attachedVolumes(node)
@@ -310,40 +199,38 @@ func (c *Checker) checkReportOnly(r fakeapi.Reader, w fakeapi.Write, now time.Ti
 			if listed[v] {
 				continue
 			}
-			c.lastRemoved[simworld.NodeVolume{Node: name, Volume: v}] = now
-			if simworld.ReportOnlyName(v) && c.mounts.Mounted(name, v) && !c.forceAllowed(name, v, now) {
-				c.violate("INVARIANT mounted-detach: %s took %s out of the volumesAttached of node %s while kubelet there has it mounted; node %s",
-					w.Actor, v, name, c.describeNode(r, name, v, now))
+			c.snap.LastRemoved[safetyrules.NodeVolume{Node: name, Volume: v}] = now
+			if !simworld.ReportOnlyName(v) {
+				continue
+			}
+			if viol, broken := c.snap.Detached(safetyrules.Detach{Node: name, Volume: v, When: by(w)}); broken {
+				c.violateAll(viol)
 			}
 		}
 	}
 	for v := range listed {
-		c.lastListed[simworld.NodeVolume{Node: name, Volume: v}] = now
+		c.snap.LastListed[safetyrules.NodeVolume{Node: name, Volume: v}] = now
 	}
 	began := c.updateMayMount(name, node, listed)
 	single := singleAttachReportOnly(r)
 	for _, v := range slices.Sorted(maps.Keys(single)) {
 		if listed[v] && !wasListed[v] {
-			for _, other := range slices.Sorted(maps.Keys(c.health)) {
-				if other != name && c.mayHaveMounted(other, v) && !c.released(other, v) && !c.forceAllowed(other, v, now) && !c.recordLost(other, v) {
-					c.violate("INVARIANT single-attach: %s listed single-attach volume %s (PV %s) in the volumesAttached of node %s while kubelet on %s may have it mounted; node %s %s",
-						w.Actor, v, single[v], name, other, other, c.describeNode(r, other, v, now))
-				}
-			}
+			c.violateAll(c.snap.ListingBegan(single[v], name, by(w))...)
 		}
-		if !began[v] || c.forceAllowed(name, v, now) {
+		if !began[v] {
 			continue
 		}
+		var listers []string
 		for _, n := range fakeapi.List[*corev1.Node](r) {
-			if n.Name != name && attachedVolumes(n)[v] {
-				c.violate("INVARIANT single-attach: kubelet on %s may mount single-attach volume %s (PV %s) since %s's write, while node %s lists it in volumesAttached too",
-					name, v, single[v], w.Actor, n.Name)
+			if attachedVolumes(n)[v] {
+				listers = append(listers, n.Name)
 			}
 		}
+		c.violateAll(c.snap.MountChanceBegan(single[v], name, listers, "since the write "+by(w))...)
 	}
 }
 
-// updateMayMount brings the node's mayMount entries up to date with the node as
+// updateMayMount brings the node's MayMount entries up to date with the node as
 // written (nil: deleted) and returns the volumes its kubelet may now mount that
 // it could not before.
 func (c *Checker) updateMayMount(name string, node *corev1.Node, listed map[string]bool) map[string]bool {
@@ -353,50 +240,20 @@ func (c *Checker) updateMayMount(name string, node *corev1.Node, listed map[stri
 			inUse[string(v)] = true
 		}
 	}
-	for nv := range c.mayMount {
+	for nv := range c.snap.MayMount {
 		if nv.Node == name && !inUse[nv.Volume] {
-			delete(c.mayMount, nv)
+			delete(c.snap.MayMount, nv)
 		}
 	}
 	began := map[string]bool{}
 	for v := range inUse {
-		nv := simworld.NodeVolume{Node: name, Volume: v}
-		if listed[v] && !c.mayMount[nv] {
-			c.mayMount[nv] = true
+		nv := safetyrules.NodeVolume{Node: name, Volume: v}
+		if listed[v] && !c.snap.MayMount[nv] {
+			c.snap.MayMount[nv] = true
 			began[v] = true
 		}
 	}
 	return began
-}
-
-// mayHaveMounted tells whether kubelet on the node has the volume mounted, or
-// may mount it by what the node's status has said.
-func (c *Checker) mayHaveMounted(node, volume string) bool {
-	return c.mounts.Mounted(node, volume) || c.mayMount[simworld.NodeVolume{Node: node, Volume: volume}]
-}
-
-// released tells whether the last change to the node's listing of the volume
-// was a write of the node that took it out.
-func (c *Checker) released(node, volume string) bool {
-	nv := simworld.NodeVolume{Node: node, Volume: volume}
-	removed, ok := c.lastRemoved[nv]
-	return ok && !removed.Before(c.lastListed[nv])
-}
-
-// recordLost tells whether the only record of a report-only attachment of the
-// volume to the node, the node's status, went with its Node object before the
-// running controller was ready, and the volume has not been listed there since.
-// Any such deletion counts, not only the last: a node created again and deleted
-// again, the volume never listed on it in between, gave no controller the
-// record back.
-func (c *Checker) recordLost(node, volume string) bool {
-	listed := c.lastListed[simworld.NodeVolume{Node: node, Volume: volume}]
-	for _, deleted := range c.health[node].deletions {
-		if c.ready.After(deleted) && !listed.After(deleted) {
-			return true
-		}
-	}
-	return false
 }
 
 // attachedVolumes returns the volumes a node's status.volumesAttached lists;
@@ -411,13 +268,13 @@ func attachedVolumes(node *corev1.Node) map[string]bool {
 	return out
 }
 
-// singleAttachReportOnly returns the single-attach iSCSI and Fibre Channel PVs,
-// by unique volume name.
-func singleAttachReportOnly(r fakeapi.Reader) map[string]string {
-	out := map[string]string{}
+// singleAttachReportOnly returns the single-attach iSCSI and Fibre Channel
+// volumes, by unique name.
+func singleAttachReportOnly(r fakeapi.Reader) map[string]safetyrules.Volume {
+	out := map[string]safetyrules.Volume{}
 	for _, pv := range fakeapi.List[*corev1.PersistentVolume](r) {
 		if v, ok := simworld.PVVolume(r, pv.Name); ok && v.ReportOnly() && v.SingleAttach {
-			out[v.Name] = pv.Name
+			out[v.Name] = safetyrules.Volume{Ref: "PV " + pv.Name, Name: v.Name, SingleAttach: true}
 		}
 	}
 	return out
@@ -438,7 +295,8 @@ func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 	wanted := simworld.Wanted(r)
 	stuck := map[string]bool{}
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
-		vol, _ := attachmentVolume(r, va)
+		v, _ := attachmentVolume(r, va)
+		vol := v.Name
 		if _, exists := fakeapi.Get[*corev1.Node](r, "", va.Spec.NodeName); !exists && neverForce(vol) {
 			stuck[vol] = true
 		}
@@ -469,7 +327,8 @@ func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 		}
 	}
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
-		vol, _ := attachmentVolume(r, va)
+		v, _ := attachmentVolume(r, va)
+		vol := v.Name
 		if _, needed := wanted[simworld.NodeVolume{Node: va.Spec.NodeName, Volume: vol}]; needed && simworld.IsCopy(va) {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
 )
@@ -36,7 +37,7 @@ func TestAnAttachmentWhoseRecordWentWithItsNodeStaysUncountedWhenTheNodeComesAnd
 			synctest.Test(t, func(t *testing.T) {
 				mounts := simworld.NewMounts()
 				var reported []string
-				c := New(Rules{MaxWait: time.Minute, Grace: time.Second, NeverForce: func(string) bool { return true }}, mounts,
+				c := New(safetyrules.Settings{MaxWait: time.Minute, Grace: time.Second, NeverForce: func(string) bool { return true }}, mounts,
 					func(msg string) { reported = append(reported, msg) })
 				store := fakeapi.NewStore(c.Observe)
 				pv := &corev1.PersistentVolume{

@@ -9,6 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
@@ -94,8 +95,7 @@ func PVVolume(r fakeapi.Reader, name string) (Volume, bool) {
 	if !ok {
 		return Volume{}, false
 	}
-	modes := pv.Spec.AccessModes
-	v := Volume{PV: name, SingleAttach: len(modes) > 0 && !slices.Contains(modes, corev1.ReadWriteMany) && !slices.Contains(modes, corev1.ReadOnlyMany)}
+	v := Volume{PV: name, SingleAttach: safetyrules.SingleAttach(pv.Spec.AccessModes)}
 	switch src := pv.Spec.PersistentVolumeSource; {
 	case src.CSI != nil:
 		v.Driver, v.Handle, v.Name = src.CSI.Driver, src.CSI.VolumeHandle, sim.UniqueVolumeName(src.CSI.Driver, src.CSI.VolumeHandle)

@@ -31,7 +31,7 @@ import (
 // volume again leaves no record of the attachment, and the next one may list a
 // single-attach volume on a second node while node-a has it mounted. The API
 // server here honours a resourceVersion in a patch as a precondition, as a real
-// one does. Found by the simulation (rule 4 of internal/simcheck).
+// one does. Found by the simulation (rule 2 of internal/safetyrules).
 func TestReportOnlyDetachKeepsTheVolumeListedWhileTheNodeUsesIt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

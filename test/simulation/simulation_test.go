@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simcheck"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simtrace"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
@@ -123,7 +124,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	trace := simtrace.New(*traceFlag)
 	shared.Store(trace)
 	mounts := simworld.NewMounts()
-	checker := simcheck.New(simcheck.Rules{
+	checker := simcheck.New(safetyrules.Settings{
 		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
 		NeverForce:            p.neverForced,
 		DetachOnShutdownTaint: p.opts.DetachOnShutdownTaint,
