@@ -149,6 +149,9 @@ type Controller struct {
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
 	metrics    *metrics.Metrics
+	// attachmentLists records the failed lists of the VolumeAttachment informer
+	// (see relist.go).
+	attachmentLists *listRecord
 	// nodesMu and attachmentsMu keep the node and VolumeAttachment event
 	// handlers out while the periodic pass compares (see rebuild.go).
 	nodesMu       sync.Mutex
@@ -191,8 +194,9 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		nodes:     cache.NewNodes(),
 		metrics:   m,
 
-		deletedNodes:  newDeletedNodesQueue(),
-		backoffExpiry: backoffExpiryPeriod,
+		attachmentLists: inf.attachmentLists,
+		deletedNodes:    newDeletedNodesQueue(),
+		backoffExpiry:   backoffExpiryPeriod,
 	}
 	if opts.Shadow {
 		for _, e := range shadow.Expectations {
@@ -285,6 +289,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	defer c.reconciler.ShutDown()
 	defer c.status.ShutDown()
 	defer c.deletedNodes.ShutDown()
+	c.attachmentLists.follow(0, c.markIncomplete(ctx))
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -303,6 +308,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	onReady()
+	go c.proveAttachments(ctx)
 	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
 	if c.opts.Shadow {
