@@ -1,0 +1,139 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+)
+
+// vaWatches makes the VolumeAttachment watches of client fake ones that deliver
+// nothing unless told, and the lists of VolumeAttachments fail while failing is
+// set.
+type vaWatches struct {
+	mu      sync.Mutex
+	current *watch.FakeWatcher
+	failing atomic.Bool
+	failed  atomic.Int32
+}
+
+func newVAWatches(client *fake.Clientset) *vaWatches {
+	w := &vaWatches{}
+	client.PrependWatchReactor("volumeattachments", func(clienttesting.Action) (bool, watch.Interface, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.current = watch.NewFake()
+		return true, w.current, nil
+	})
+	client.PrependReactor("list", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if w.failing.Load() {
+			w.failed.Add(1)
+			return true, nil, apierrors.NewTooManyRequests("throttled", 1)
+		}
+		return false, nil, nil
+	})
+	return w
+}
+
+// expire ends the running watch with 410 Gone, as when the API server's window
+// has moved past it.
+func (w *vaWatches) expire() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.current == nil {
+		return false
+	}
+	w.current.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
+	w.current = nil
+	return true
+}
+
+// TestNoSingleAttachAttachWhileTheInformerCannotList: the VolumeAttachment
+// informer's watch expired and its lists then failed; meanwhile another tool
+// made a VolumeAttachment of an RWO volume on node-b, which the informer did not
+// show. A pod on node-a then needed the volume. The controller attached it to
+// node-a while node-b held it (simulation seed 1064). While a list of the
+// informer has failed, no single-attach attach may start until every
+// VolumeAttachment that exists is known again; then node-b's holds the volume.
+func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
+	pv := csiPV("pv-1", "vol-1", "ns", "claim-1", v1.ReadWriteOnce)
+	client := fake.NewClientset(node("node-a", nil, nil), node("node-b", nil, nil), pv, boundClaim("ns", "claim-1", "pv-1"))
+	watches := newVAWatches(client)
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx, func() { close(ready) }); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.factory.Shutdown()
+	})
+	<-ready
+
+	watches.failing.Store(true)
+	if !eventually(10*time.Second, watches.expire) {
+		t.Fatal("the VolumeAttachment informer never watched")
+	}
+	if !eventually(10*time.Second, func() bool { return watches.failed.Load() > 0 }) {
+		t.Fatal("the VolumeAttachment informer did not list again")
+	}
+	held := volumeAttachment("vol-1", "node-b", pvSource("pv-1"), true)
+	held.Name, held.UID = "copy-on-node-b", "uid-copy-on-node-b"
+	if err := client.Tracker().Add(held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "pod-1", "node-a", "claim-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	vol := volumename.CSI(testDriver, "vol-1")
+	decisionOnA := func() reconciler.Decision {
+		for _, d := range c.reconciler.Explain(vol, true) {
+			if d.Node == "node-a" {
+				return d
+			}
+		}
+		return reconciler.Decision{}
+	}
+	if !eventually(10*time.Second, func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "could not list")
+	}) {
+		t.Fatalf("while the informer cannot list, node-a's decision is %+v, want a wait for every VolumeAttachment to be known", decisionOnA())
+	}
+
+	watches.failing.Store(false)
+	if !eventually(20*time.Second, func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && len(d.HeldBy) == 1 && d.HeldBy[0] == "node-b"
+	}) {
+		t.Fatalf("once the informer lists again, node-a's decision is %+v, want a wait for node-b to release the volume", decisionOnA())
+	}
+	for _, a := range client.Actions() {
+		if create, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "volumeattachments" {
+			if va := create.GetObject().(*storagev1.VolumeAttachment); va.Spec.NodeName == "node-a" {
+				t.Errorf("the controller created %s on node-a while node-b held the volume", va.Name)
+			}
+		}
+	}
+}
