@@ -149,9 +149,9 @@ type Controller struct {
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
 	metrics    *metrics.Metrics
-	// attachmentLists records the failed lists of the VolumeAttachment informer
+	// attachmentWatches records the lapses of the VolumeAttachment informer
 	// (see relist.go).
-	attachmentLists *listRecord
+	attachmentWatches *watchRecord
 	// nodesMu and attachmentsMu keep the node and VolumeAttachment event
 	// handlers out while the periodic pass compares (see rebuild.go).
 	nodesMu       sync.Mutex
@@ -194,9 +194,9 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		nodes:     cache.NewNodes(),
 		metrics:   m,
 
-		attachmentLists: inf.attachmentLists,
-		deletedNodes:    newDeletedNodesQueue(),
-		backoffExpiry:   backoffExpiryPeriod,
+		attachmentWatches: inf.attachmentWatches,
+		deletedNodes:      newDeletedNodesQueue(),
+		backoffExpiry:     backoffExpiryPeriod,
 	}
 	if opts.Shadow {
 		for _, e := range shadow.Expectations {
@@ -289,7 +289,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	defer c.reconciler.ShutDown()
 	defer c.status.ShutDown()
 	defer c.deletedNodes.ShutDown()
-	c.attachmentLists.follow(0, c.markIncomplete(ctx))
+	c.attachmentWatches.follow(0, c.markIncomplete(ctx))
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {

@@ -18,60 +18,78 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// An informer whose list fails has stopped watching: until a list succeeds, it
-// shows nothing that happens, and another tool's VolumeAttachment made meanwhile
-// holds a single-attach volume where the controller does not know it. Such a
-// list failure makes the actual state incomplete, and no single-attach attach
-// starts until the state is proven complete again:
+// An informer that is not watching shows nothing that happens: once its watch
+// ends with an error (410 Gone: the API server's window moved past it) or closes,
+// it lists again, after a back-off that grows to 30 s, and a list that fails
+// leaves it blind for longer. Another tool's VolumeAttachment made meanwhile
+// holds a single-attach volume where the controller does not know it. So each
+// end of a watch, failed start of one and failed list makes the actual state
+// incomplete, and no single-attach attach starts until it is proven complete
+// again:
 //
-//  1. a list of the informer has succeeded since its last failure, so that its
-//     watch runs again and shows what is created from then on;
+//  1. since the last of those, a list has succeeded or a watch has started, so
+//     that the informer shows what happens from then on;
 //  2. a quorum list of VolumeAttachments, taken after that, names only objects
 //     that the actual state records (what the event handlers have processed,
-//     not what the informer's cache holds) or that a later quorum list no longer
-//     names (deleted since).
+//     not only what the informer's cache holds) or that a later quorum list no
+//     longer names (deleted since).
 //
-// A list that fails during the proof starts it again. Multi-attach volumes and
+// An end or failure during the proof starts it again. Multi-attach volumes and
 // detaches do not wait: they cannot put a single-attach volume on two nodes.
 
 // incompleteReason is why single-attach attaches wait while the proof runs.
-const incompleteReason = "the VolumeAttachment informer could not list; a single-attach volume is attached nowhere new until every VolumeAttachment that exists is known"
+const incompleteReason = "the VolumeAttachment informer stopped watching; a single-attach volume is attached nowhere new until every VolumeAttachment that exists is known"
 
-// listRecord counts the failed lists of the VolumeAttachment informer and tells
-// whether a complete list succeeded since the last failure.
-type listRecord struct {
-	mu       sync.Mutex
-	failures uint64
-	listed   bool
-	// changed is closed, and replaced, at every failure and success.
+// watchRecord counts the times the VolumeAttachment informer stopped watching
+// (lapses), and tells whether it has resumed since the last.
+type watchRecord struct {
+	mu      sync.Mutex
+	lapses  uint64
+	resumed bool
+	// watches counts the watches started; only the latest one's end is a lapse.
+	watches uint64
+	// changed is closed, and replaced, at every lapse and resumption.
 	changed chan struct{}
-	// onFailure is told of each failure while mu is held.
-	onFailure func()
+	// onLapse is told of each lapse while mu is held.
+	onLapse func()
 }
 
-func newListRecord() *listRecord {
-	return &listRecord{listed: true, changed: make(chan struct{})}
+func newWatchRecord() *watchRecord {
+	return &watchRecord{resumed: true, changed: make(chan struct{})}
 }
 
-// observe records the outcome of one list request of the informer: a failure, or
+func (r *watchRecord) lapsedLocked() {
+	r.lapses++
+	r.resumed = false
+	if r.onLapse != nil {
+		r.onLapse()
+	}
+	r.changedLocked()
+}
+
+func (r *watchRecord) resumedLocked() {
+	if !r.resumed {
+		r.resumed = true
+		r.changedLocked()
+	}
+}
+
+func (r *watchRecord) changedLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// listed records the outcome of one list request of the informer: a failure, or
 // the last page of a list.
-func (r *listRecord) observe(list runtime.Object, err error) {
+func (r *watchRecord) listed(list runtime.Object, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case err != nil:
-		r.failures++
-		r.listed = false
-		if r.onFailure != nil {
-			r.onFailure()
-		}
-	case !r.listed && lastPage(list):
-		r.listed = true
-	default:
-		return
+		r.lapsedLocked()
+	case lastPage(list):
+		r.resumedLocked()
 	}
-	close(r.changed)
-	r.changed = make(chan struct{})
 }
 
 func lastPage(list runtime.Object) bool {
@@ -79,85 +97,157 @@ func lastPage(list runtime.Object) bool {
 	return err == nil && l.GetContinue() == ""
 }
 
-// state returns the failures so far, whether a list succeeded since the last,
-// and a channel closed at the next change.
-func (r *listRecord) state() (failures uint64, listed bool, changed <-chan struct{}) {
+// watchStarted records the outcome of a watch request and returns the watch's
+// number, for watchEnded.
+func (r *watchRecord) watchStarted(err error) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.failures, r.listed, r.changed
+	if err != nil {
+		r.lapsedLocked()
+		return 0
+	}
+	r.watches++
+	r.resumedLocked()
+	return r.watches
 }
 
-// follow makes onFailure be told of every failure from now on, and at once if
-// one happened since proven.
-func (r *listRecord) follow(proven uint64, onFailure func()) {
+// watchEnded records that watch n ended; it is a lapse if no later watch started.
+func (r *watchRecord) watchEnded(n uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.onFailure = onFailure
-	if r.failures != proven {
-		onFailure()
+	if n == r.watches {
+		r.lapsedLocked()
 	}
 }
 
-// ifNoFailureSince runs fn, unless a list failed after the failures counted.
-func (r *listRecord) ifNoFailureSince(failures uint64, fn func()) bool {
+// state returns the lapses so far, whether the informer resumed since the last,
+// and a channel closed at the next change.
+func (r *watchRecord) state() (lapses uint64, resumed bool, changed <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.failures != failures {
+	return r.lapses, r.resumed, r.changed
+}
+
+// follow makes onLapse be told of every lapse from now on, and at once if one
+// happened after the first proven ones.
+func (r *watchRecord) follow(proven uint64, onLapse func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onLapse = onLapse
+	if r.lapses != proven {
+		onLapse()
+	}
+}
+
+// ifNoLapseSince runs fn, unless the informer lapsed after the lapses counted.
+func (r *watchRecord) ifNoLapseSince(lapses uint64, fn func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lapses != lapses {
 		return false
 	}
 	fn()
 	return true
 }
 
-// recordedInformer is the VolumeAttachment informer with the record of its lists.
+// recordedWatch passes a watch's events on and tells its record when it ends:
+// at an error event, or when its channel closes, whichever comes first.
+type recordedWatch struct {
+	inner  watch.Interface
+	events chan watch.Event
+	stop   chan struct{}
+	once   sync.Once
+}
+
+func newRecordedWatch(inner watch.Interface, ended func()) *recordedWatch {
+	w := &recordedWatch{inner: inner, events: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(w.events)
+		var endOnce sync.Once
+		defer endOnce.Do(ended)
+		for ev := range inner.ResultChan() {
+			if ev.Type == watch.Error {
+				endOnce.Do(ended)
+			}
+			select {
+			case w.events <- ev:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *recordedWatch) ResultChan() <-chan watch.Event { return w.events }
+
+func (w *recordedWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.inner.Stop()
+	})
+}
+
+// recordedInformer is the VolumeAttachment informer with the record of its
+// watches.
 type recordedInformer struct {
 	toolscache.SharedIndexInformer
-	lists *listRecord
+	watches *watchRecord
 }
 
 // attachmentInformer returns the factory's VolumeAttachment informer, made with a
-// record of its lists unless the factory made it already.
+// record of its watches unless the factory made it already.
 func attachmentInformer(f informers.SharedInformerFactory) (*recordedInformer, error) {
 	inf := f.InformerFor(&storagev1.VolumeAttachment{}, newRecordedInformer)
 	recorded, ok := inf.(*recordedInformer)
 	if !ok {
-		return nil, fmt.Errorf("the factory's VolumeAttachment informer was made before the controller's: its failed lists cannot be followed")
+		return nil, fmt.Errorf("the factory's VolumeAttachment informer was made before the controller's: its watches cannot be followed")
 	}
 	return recorded, nil
 }
 
 func newRecordedInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
-	lists := newListRecord()
+	record := newWatchRecord()
 	vas := client.StorageV1().VolumeAttachments()
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list, err := vas.List(ctx, opts)
-			lists.observe(list, err)
+			record.listed(list, err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return vas.Watch(ctx, opts)
+			w, err := vas.Watch(ctx, opts)
+			n := record.watchStarted(err)
+			if err != nil {
+				return nil, err
+			}
+			// An end at shutdown is no lapse: nothing decides any more.
+			return newRecordedWatch(w, func() {
+				if ctx.Err() == nil {
+					record.watchEnded(n)
+				}
+			}), nil
 		},
 	}
 	inf := toolscache.NewSharedIndexInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, client), &storagev1.VolumeAttachment{}, resync,
 		toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
-	return &recordedInformer{SharedIndexInformer: inf, lists: lists}
+	return &recordedInformer{SharedIndexInformer: inf, watches: record}
 }
 
-// proveAttachments keeps the actual state marked incomplete from each failed list
-// of the VolumeAttachment informer until it is proven complete again, and then
+// proveAttachments keeps the actual state marked incomplete from each lapse of
+// the VolumeAttachment informer until it is proven complete again, and then
 // re-queues every volume a pod needs, since their attaches waited.
 func (c *Controller) proveAttachments(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	proven := uint64(0)
 	for ctx.Err() == nil {
-		failures, listed, changed := c.attachmentLists.state()
+		lapses, resumed, changed := c.attachmentWatches.state()
 		switch {
-		case failures == proven:
-		case !listed:
-			logger.V(2).Info("VolumeAttachment informer cannot list; single-attach attaches wait", "failedLists", failures)
+		case lapses == proven:
+		case !resumed:
+			logger.V(2).Info("VolumeAttachment informer is not watching; single-attach attaches wait", "lapses", lapses)
 		default:
-			complete, err := c.attachmentsKnown(ctx, failures)
+			complete, err := c.attachmentsKnown(ctx, lapses)
 			if err != nil {
 				logger.Error(err, "Proving that every VolumeAttachment is known; retrying")
 				if !sleep(ctx, time.Second) {
@@ -165,9 +255,9 @@ func (c *Controller) proveAttachments(ctx context.Context) {
 				}
 				continue
 			}
-			if complete && c.attachmentLists.ifNoFailureSince(failures, func() { c.actual.SetIncomplete("") }) {
-				proven = failures
-				logger.Info("Every VolumeAttachment is known again; single-attach attaches resume", "failedLists", failures)
+			if complete && c.attachmentWatches.ifNoLapseSince(lapses, func() { c.actual.SetIncomplete("") }) {
+				proven = lapses
+				logger.Info("Every VolumeAttachment is known again; single-attach attaches resume", "lapses", lapses)
 				for _, v := range c.desired.Volumes() {
 					c.reconciler.Enqueue(v)
 				}
@@ -182,11 +272,11 @@ func (c *Controller) proveAttachments(ctx context.Context) {
 	}
 }
 
-// markIncomplete is told of each failed list of the VolumeAttachment informer.
+// markIncomplete is told of each lapse of the VolumeAttachment informer.
 func (c *Controller) markIncomplete(ctx context.Context) func() {
 	return func() {
 		if c.actual.Incomplete() == "" {
-			klog.FromContext(ctx).Info("VolumeAttachment informer failed to list; single-attach attaches wait until every VolumeAttachment is known again")
+			klog.FromContext(ctx).Info("VolumeAttachment informer stopped watching; single-attach attaches wait until every VolumeAttachment is known again")
 		}
 		c.actual.SetIncomplete(incompleteReason)
 	}
@@ -194,9 +284,9 @@ func (c *Controller) markIncomplete(ctx context.Context) func() {
 
 // attachmentsKnown takes a quorum list of VolumeAttachments and waits until the
 // actual state records each listed object, or a later quorum list no longer names
-// it. It returns false, with no error, when a list of the informer failed after
-// failures, or ctx ended.
-func (c *Controller) attachmentsKnown(ctx context.Context, failures uint64) (bool, error) {
+// it. It returns false, with no error, when the informer lapsed again after
+// lapses, or ctx ended.
+func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool, error) {
 	logger := klog.FromContext(ctx)
 	pending, err := c.listAttachments(ctx)
 	if err != nil {
@@ -216,7 +306,7 @@ func (c *Controller) attachmentsKnown(ctx context.Context, failures uint64) (boo
 		if !sleep(ctx, 200*time.Millisecond) {
 			return false, nil
 		}
-		if now, _, _ := c.attachmentLists.state(); now != failures {
+		if now, _, _ := c.attachmentWatches.state(); now != lapses {
 			return false, nil
 		}
 		existing, err := c.listAttachments(ctx)

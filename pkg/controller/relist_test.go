@@ -117,7 +117,7 @@ func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
 	}
 	if !eventually(10*time.Second, func() bool {
 		d := decisionOnA()
-		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "could not list")
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "stopped watching")
 	}) {
 		t.Fatalf("while the informer cannot list, node-a's decision is %+v, want a wait for every VolumeAttachment to be known", decisionOnA())
 	}
