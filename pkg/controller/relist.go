@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -319,25 +318,6 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 			}
 		}
 	}
-}
-
-// listAttachments returns the name and UID of every VolumeAttachment, read from
-// etcd.
-func (c *Controller) listAttachments(ctx context.Context) (map[string]types.UID, error) {
-	out := make(map[string]types.UID)
-	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
-		list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		return list.Items, list.Continue, nil
-	}, func(va *storagev1.VolumeAttachment) {
-		out[va.Name] = va.UID
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing VolumeAttachments: %w", err)
-	}
-	return out, nil
 }
 
 // sleep waits for d, and reports false if ctx ended first.

@@ -2,11 +2,13 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -46,9 +48,26 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 }
 
 // attachmentsMissing counts the VolumeAttachments that exist and that the
-// informer does not hold.
+// informer does not hold: an object of the same name with another UID is an
+// older one, deleted since.
 func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
+	existing, err := c.listAttachments(ctx)
+	if err != nil {
+		return 0, err
+	}
 	missing := 0
+	for name, uid := range existing {
+		if held, err := c.informers.attachments.Lister().Get(name); err != nil || held.UID != uid {
+			missing++
+		}
+	}
+	return missing, nil
+}
+
+// listAttachments returns the name and UID of every VolumeAttachment, read from
+// etcd.
+func (c *Controller) listAttachments(ctx context.Context) (map[string]types.UID, error) {
+	out := make(map[string]types.UID)
 	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
 		list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
 		if err != nil {
@@ -56,11 +75,12 @@ func (c *Controller) attachmentsMissing(ctx context.Context) (int, error) {
 		}
 		return list.Items, list.Continue, nil
 	}, func(va *storagev1.VolumeAttachment) {
-		if _, err := c.informers.attachments.Lister().Get(va.Name); err != nil {
-			missing++
-		}
+		out[va.Name] = va.UID
 	})
-	return missing, err
+	if err != nil {
+		return nil, fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	return out, nil
 }
 
 // nodesBehind counts the nodes that the informer does not hold, or holds at a
