@@ -251,6 +251,8 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		InUse:            c.desired.PodVolumesByNode,
 		WaitsForDetach:   func() metrics.Wait { return metrics.Wait(c.desired.WaitsForDetach(time.Now())) },
 		UnmountWaits:     func() metrics.Wait { return metrics.Wait(c.actual.UnmountWaits(time.Now())) },
+
+		AttachmentsUnproven: func() bool { return c.actual.Incomplete() != "" },
 	})
 	if err != nil {
 		return nil, err
