@@ -253,7 +253,9 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 		name        string
 		multiAttach bool
 		// podOnA: a pod on node-a, the holder, still needs the volume.
-		podOnA     bool
+		podOnA bool
+		// incomplete: the actual state may lack a VolumeAttachment that exists.
+		incomplete string
 		wantAction Action
 		wantHeldBy []string
 		wantReason string
@@ -263,12 +265,17 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 		{name: "held by a node whose pod needs it", podOnA: true, wantAction: ActionWait, wantHeldBy: []string{"node-a"},
 			wantReason: "a single-attach volume: held by node-a for pod(s) ns/p-a: waits for them to go"},
 		{name: "multi-attach", multiAttach: true, podOnA: true, wantAction: ActionAttach, wantReason: "to be attached"},
+		{name: "held elsewhere while the state may lack a VolumeAttachment", incomplete: "the informer stopped watching", wantAction: ActionWait,
+			wantReason: "single-attach: the informer stopped watching"},
+		{name: "multi-attach while the state may lack a VolumeAttachment", multiAttach: true, incomplete: "the informer stopped watching",
+			wantAction: ActionAttach, wantReason: "to be attached"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h", PVName: "pv", MultiAttach: tc.multiAttach}
 			actual := cache.NewActualState()
 			actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-a", UID: "uid-a", Attached: true, MultiAttach: tc.multiAttach})
+			actual.SetIncomplete(tc.incomplete)
 			desired := cache.NewDesiredState()
 			if tc.podOnA {
 				desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-a", UID: "u-a"}, "node-a", []cache.Volume{vol})
