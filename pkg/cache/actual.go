@@ -468,7 +468,8 @@ func (s *ActualState) SetIncomplete(reason string) {
 }
 
 // Incomplete returns why the state may lack a VolumeAttachment that exists: while
-// it may, Holders can miss a node that holds a volume. It returns "" otherwise.
+// it may, Holders can miss a node that holds a volume that has VolumeAttachments
+// (an in-tree iSCSI or Fibre Channel volume has none). It returns "" otherwise.
 func (s *ActualState) Incomplete() string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -253,7 +253,7 @@ func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 		return err
 	}
 	if !vol.MultiAttach {
-		if why := e.cfg.Actual.Incomplete(); why != "" {
+		if why := e.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(vol.Name) {
 			e.abandon(key)
 			return &HoldersUnknownError{Reason: why}
 		}

@@ -155,8 +155,8 @@ func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) [
 		d := decideAttach(on, r.cfg.Nodes.Get(node))
 		d.Wanted = true
 		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
-			if why := r.cfg.Actual.Incomplete(); why != "" {
-				d.Action, d.Reason = ActionWait, "single-attach: "+why
+			if why := r.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(name) {
+				d.Action, d.Reason = ActionWait, why
 			} else if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
 				d.Action, d.HeldBy, d.Reason = ActionWait, holders, heldReason(desired, holders)
 			}

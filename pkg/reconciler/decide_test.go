@@ -266,7 +266,7 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 			wantReason: "a single-attach volume: held by node-a for pod(s) ns/p-a: waits for them to go"},
 		{name: "multi-attach", multiAttach: true, podOnA: true, wantAction: ActionAttach, wantReason: "to be attached"},
 		{name: "held elsewhere while the state may lack a VolumeAttachment", incomplete: "the informer stopped watching", wantAction: ActionWait,
-			wantReason: "single-attach: the informer stopped watching"},
+			wantReason: "the informer stopped watching"},
 		{name: "multi-attach while the state may lack a VolumeAttachment", multiAttach: true, incomplete: "the informer stopped watching",
 			wantAction: ActionAttach, wantReason: "to be attached"},
 	}
