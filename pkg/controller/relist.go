@@ -33,8 +33,11 @@ import (
 //     not only what the informer's cache holds) or that a later quorum list no
 //     longer names (deleted since).
 //
-// An end or failure during the proof starts it again. Multi-attach volumes and
-// detaches do not wait: they cannot put a single-attach volume on two nodes.
+// An end or failure during the proof starts it again. Multi-attach volumes,
+// in-tree iSCSI and Fibre Channel volumes (which have no VolumeAttachment) and
+// detaches do not wait. A watch the API server closes at its timeout (every 5 to
+// 10 minutes) costs one quorum list, and the single-attach attaches of that
+// moment wait for it.
 
 // incompleteReason is why single-attach attaches wait while the proof runs.
 const incompleteReason = "the VolumeAttachment informer stopped watching; a single-attach volume is attached nowhere new until every VolumeAttachment that exists is known"
