@@ -152,7 +152,7 @@ func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) [
 		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == node }); i >= 0 {
 			on = &attachments[i]
 		}
-		d := decideAttach(on, r.cfg.Nodes.Get(node))
+		d := decideAttach(desired.Spec, on, r.cfg.Nodes.Get(node))
 		d.Wanted = true
 		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
 			if why := r.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(name) {
@@ -250,15 +250,15 @@ func policyOf(driver string) string {
 	return " (policy of " + driver + ")"
 }
 
-// decideAttach applies the attach rules to a node whose pods need the volume; on
-// is what exists of the volume there, if anything. Whether another node holds a
+// decideAttach applies the attach rules to a node whose pods need the volume vol;
+// on is what exists of it there, if anything. Whether another node holds a
 // single-attach volume is the executor's to check, under the volume's lock.
-func decideAttach(on *cache.OnNode, node cache.Node) Decision {
+func decideAttach(vol cache.Volume, on *cache.OnNode, node cache.Node) Decision {
 	d := Decision{Node: node.Name, Action: ActionAttach, Reason: "to be attached"}
 	switch {
 	case on != nil && on.Deleting():
 		d.Action, d.Reason = ActionWait, "its previous VolumeAttachment on this node is being deleted: waiting for the CSI external-attacher to detach it first"
-	case on != nil && on.Attached():
+	case on != nil && attachedForKubelet(vol, *on):
 		d.Action, d.Reason = ActionNone, "attached"
 	case !node.Exists():
 		d.Action, d.Reason = ActionWait, fmt.Sprintf("node %s does not exist", node.Name)
@@ -270,6 +270,18 @@ func decideAttach(on *cache.OnNode, node cache.Node) Decision {
 		d.Reason = "attaching: waiting for the CSI external-attacher"
 	}
 	return d
+}
+
+// attachedForKubelet tells whether the volume is attached to the node as kubelet
+// sees it: kubelet waits for the VolumeAttachment the controller creates, by its
+// name, and a copy another tool made under another name does not do. An in-tree
+// iSCSI or Fibre Channel volume has no VolumeAttachment.
+func attachedForKubelet(vol cache.Volume, on cache.OnNode) bool {
+	if volumename.ReportOnly(vol.Name) {
+		return on.Attached()
+	}
+	name := volumename.AttachmentName(vol.Handle, vol.Driver, on.Node)
+	return slices.ContainsFunc(on.Objects, func(a cache.Attachment) bool { return a.VolumeAttachment == name && a.Attached })
 }
 
 func attachError(on cache.OnNode) string {

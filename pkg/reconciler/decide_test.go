@@ -127,6 +127,8 @@ func TestDecisionReasons(t *testing.T) {
 func TestAttachDecisionReasons(t *testing.T) {
 	node := cache.Node{Name: "node-b", Presence: cache.NodePresent, Managed: true}
 	failing := cache.OnNode{Objects: []cache.Attachment{{AttachError: "rpc error: code = ResourceExhausted"}}}
+	own := cache.OnNode{Node: "node-b", Objects: []cache.Attachment{{VolumeAttachment: volumename.AttachmentName("h", "d", "node-b"), Attached: true}}}
+	copied := cache.OnNode{Node: "node-b", Objects: []cache.Attachment{{VolumeAttachment: "copy-by-another-tool", Attached: true}}}
 	tests := []struct {
 		name       string
 		on         *cache.OnNode
@@ -135,13 +137,17 @@ func TestAttachDecisionReasons(t *testing.T) {
 		wantReason string
 	}{
 		{"nothing yet", nil, node, ActionAttach, "to be attached"},
+		{"attached", &own, node, ActionNone, "attached"},
+		// Kubelet waits for the controller's VolumeAttachment, by its name: a
+		// copy another tool made, attached, does not attach the volume for it.
+		{"only a copy under another name attached", &copied, node, ActionAttach, "attaching: waiting for the CSI external-attacher"},
 		{"driver error", &failing, node, ActionAttach, "attaching; the CSI driver reported: rpc error: code = ResourceExhausted"},
 		{"node missing", nil, cache.Node{Name: "node-b"}, ActionWait, "node node-b does not exist"},
 		{"unmanaged", nil, cache.Node{Name: "node-b", Presence: cache.NodePresent}, ActionWait, "node node-b is not managed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decideAttach(tc.on, tc.node)
+			d := decideAttach(cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h"}, tc.on, tc.node)
 			if d.Action != tc.wantAction || !strings.HasPrefix(d.Reason, tc.wantReason) {
 				t.Errorf("decision = %s %q, want %s %q", d.Action, d.Reason, tc.wantAction, tc.wantReason)
 			}
@@ -227,7 +233,7 @@ func TestAWaitForUnmountEndsWhenAPodNeedsTheVolumeAgain(t *testing.T) {
 func TestEachNodeIsJudgedOnItsOwnAttachment(t *testing.T) {
 	vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h", MultiAttach: true}
 	actual := cache.NewActualState()
-	actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-a", UID: "uid-a", Attached: true, MultiAttach: true})
+	actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: volumename.AttachmentName("h", "d", "node-a"), UID: "uid-a", Attached: true, MultiAttach: true})
 	desired := cache.NewDesiredState()
 	desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-a", UID: "u-a"}, "node-a", []cache.Volume{vol})
 	desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-b", UID: "u-b"}, "node-b", []cache.Volume{vol})

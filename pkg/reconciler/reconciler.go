@@ -191,7 +191,7 @@ func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, at
 		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == nodeName }); i >= 0 {
 			on = &attachments[i]
 		}
-		switch d := decideAttach(on, r.cfg.Nodes.Get(nodeName)); {
+		switch d := decideAttach(spec, on, r.cfg.Nodes.Get(nodeName)); {
 		case d.Action == ActionNone:
 			r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
 			r.cfg.Executor.AttachObserved(spec, nodeName, pods)
