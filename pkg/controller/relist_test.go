@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,9 @@ type vaWatches struct {
 	current *watch.FakeWatcher
 	failing atomic.Bool
 	failed  atomic.Int32
+	// hidden names a VolumeAttachment the informer's lists leave out; quorum
+	// lists show it.
+	hidden atomic.Pointer[string]
 }
 
 func newVAWatches(client *fake.Clientset) *vaWatches {
@@ -40,15 +44,30 @@ func newVAWatches(client *fake.Clientset) *vaWatches {
 		w.current = watch.NewFake()
 		return true, w.current, nil
 	})
-	client.PrependReactor("list", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+	client.PrependReactor("list", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if w.failing.Load() {
 			w.failed.Add(1)
 			return true, nil, apierrors.NewTooManyRequests("throttled", 1)
 		}
-		return false, nil, nil
+		hidden := w.hidden.Load()
+		if hidden == nil || a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "" {
+			return false, nil, nil
+		}
+		obj, err := client.Tracker().List(vaResource, vaKind, "")
+		if err != nil {
+			return true, nil, err
+		}
+		list := obj.(*storagev1.VolumeAttachmentList)
+		list.Items = slices.DeleteFunc(list.Items, func(va storagev1.VolumeAttachment) bool { return va.Name == *hidden })
+		return true, list, nil
 	})
 	return w
 }
+
+var (
+	vaResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
+	vaKind     = storagev1.SchemeGroupVersion.WithKind("VolumeAttachment")
+)
 
 // expire ends the running watch with 410 Gone, as when the API server's window
 // has moved past it.
@@ -139,6 +158,90 @@ func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
 	}
 }
 
+// TestTheProofWaitsForWhatAQuorumListShows: the informer watches again, but its
+// list has not shown another tool's VolumeAttachment on node-b that a quorum list
+// shows (a list served from a cache behind etcd). Single-attach attaches wait
+// until the informer shows it; a lapse meanwhile starts the proof again.
+func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
+	pv := csiPV("pv-1", "vol-1", "ns", "claim-1", v1.ReadWriteOnce)
+	client := fake.NewClientset(node("node-a", nil, nil), node("node-b", nil, nil), pv, boundClaim("ns", "claim-1", "pv-1"))
+	watches := newVAWatches(client)
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx, func() { close(ready) }); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.factory.Shutdown()
+	})
+	<-ready
+
+	held := volumeAttachment("vol-1", "node-b", pvSource("pv-1"), true)
+	held.Name, held.UID = "copy-on-node-b", "uid-copy-on-node-b"
+	watches.hidden.Store(&held.Name)
+	if err := client.Tracker().Add(held); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, watches.expire) {
+		t.Fatal("the VolumeAttachment informer never watched")
+	}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "pod-1", "node-a", "claim-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vol := volumename.CSI(testDriver, "vol-1")
+	decisionOnA := func() reconciler.Decision {
+		for _, d := range c.reconciler.Explain(vol, true) {
+			if d.Node == "node-a" {
+				return d
+			}
+		}
+		return reconciler.Decision{}
+	}
+	waits := func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "stopped watching")
+	}
+	// The informer lists again and watches: wait for its second watch, then end
+	// it too, during the proof.
+	if !eventually(10*time.Second, func() bool { return waits() && watches.expire() }) {
+		t.Fatalf("while the informer has not shown what exists, node-a's decision is %+v, want a wait", decisionOnA())
+	}
+	if !eventually(10*time.Second, func() bool {
+		watches.mu.Lock()
+		defer watches.mu.Unlock()
+		return watches.current != nil
+	}) {
+		t.Fatal("the VolumeAttachment informer did not watch again")
+	}
+	time.Sleep(time.Second)
+	if !waits() {
+		t.Fatalf("a second after the informer watched again without showing what exists, node-a's decision is %+v, want a wait", decisionOnA())
+	}
+
+	watches.hidden.Store(nil)
+	if !eventually(10*time.Second, watches.expire) {
+		t.Fatal("the VolumeAttachment informer stopped watching")
+	}
+	if !eventually(20*time.Second, func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && len(d.HeldBy) == 1 && d.HeldBy[0] == "node-b"
+	}) {
+		t.Fatalf("once the informer shows what exists, node-a's decision is %+v, want a wait for node-b to release the volume", decisionOnA())
+	}
+	for _, a := range client.Actions() {
+		if create, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "volumeattachments" {
+			t.Errorf("the controller created %s while node-b held the volume", create.GetObject().(*storagev1.VolumeAttachment).Name)
+		}
+	}
+}
+
 // TestWatchRecordLapses: what counts as the VolumeAttachment informer stopping
 // to watch, and as resuming.
 func TestWatchRecordLapses(t *testing.T) {
@@ -190,5 +293,22 @@ func TestWatchRecordLapses(t *testing.T) {
 				t.Errorf("lapses %d (told %d), resumed %t; want %d, %t", lapses, told, resumed, tc.wantLapses, tc.wantResumed)
 			}
 		})
+	}
+}
+
+// TestAProofEndsOnlyWithoutALapseSinceItBegan: a proof begun after some lapses
+// does not mark the state complete once another lapse has come.
+func TestAProofEndsOnlyWithoutALapseSinceItBegan(t *testing.T) {
+	r := newWatchRecord()
+	r.listed(nil, errors.New("throttled"))
+	lapses, _, _ := r.state()
+	r.watchEnded(r.watchStarted(nil))
+	if r.ifNoLapseSince(lapses, func() { t.Error("the proof ended after a lapse that came during it") }) {
+		t.Error("ifNoLapseSince reported a proof that ended after a lapse during it")
+	}
+	now, _, _ := r.state()
+	ran := false
+	if !r.ifNoLapseSince(now, func() { ran = true }) || !ran {
+		t.Error("a proof with no lapse since it began did not end")
 	}
 }
