@@ -12,8 +12,9 @@
 //
 // Besides those it reads the API server directly only to settle what the
 // informers cannot: the start-up check that the VolumeAttachment and node
-// informers are current, a node's status before a detach, and an object after a
-// write of unknown outcome. Its own writes come back to it through the informers like anyone
+// informers are current, the same check of the VolumeAttachments each time their
+// informer stopped watching (see relist.go), a node's status before a detach, and
+// an object after a write of unknown outcome. Its own writes come back to it through the informers like anyone
 // else's; state that a write changes is recorded from the informer, or, where the
 // write's answer comes first, in a way the informer's later delivery agrees with.
 package controller
