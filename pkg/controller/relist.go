@@ -130,8 +130,8 @@ func (r *watchRecord) state() (lapses uint64, resumed bool, changed <-chan struc
 	return r.lapses, r.resumed, r.changed
 }
 
-// follow makes onLapse be told of every lapse from now on, and at once if one
-// happened after the first proven ones.
+// follow makes onLapse be told of every lapse from now on, and at once if the
+// informer lapsed more often than the proven lapses count.
 func (r *watchRecord) follow(proven uint64, onLapse func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
