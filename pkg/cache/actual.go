@@ -148,6 +148,9 @@ type ActualState struct {
 	nodeVols       map[string]map[volumename.UniqueName]struct{}
 	unresolved     map[string]UnresolvedAttachment
 	unresolvedByPV map[string]map[string]struct{}
+	// incomplete says why the state may lack a VolumeAttachment that exists;
+	// empty when it lacks none that the informer has not had time to show.
+	incomplete string
 }
 
 // UnresolvedAttachment is a VolumeAttachment whose volume is not known yet.
@@ -454,6 +457,23 @@ func (s *ActualState) Holders(name volumename.UniqueName, pvName, except string)
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// SetIncomplete records why the state may lack a VolumeAttachment that exists,
+// or, with "", that it is known to lack none.
+func (s *ActualState) SetIncomplete(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.incomplete = reason
+}
+
+// Incomplete returns why the state may lack a VolumeAttachment that exists: while
+// it may, Holders can miss a node that holds a volume that has VolumeAttachments
+// (an in-tree iSCSI or Fibre Channel volume has none). It returns "" otherwise.
+func (s *ActualState) Incomplete() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.incomplete
 }
 
 // VolumesOnNode returns the volumes with an attachment on the node.

@@ -12,8 +12,9 @@
 //
 // Besides those it reads the API server directly only to settle what the
 // informers cannot: the start-up check that the VolumeAttachment and node
-// informers are current, a node's status before a detach, and an object after a
-// write of unknown outcome. Its own writes come back to it through the informers like anyone
+// informers are current, the same check of the VolumeAttachments each time their
+// informer stopped watching (see relist.go), a node's status before a detach, and
+// an object after a write of unknown outcome. Its own writes come back to it through the informers like anyone
 // else's; state that a write changes is recorded from the informer, or, where the
 // write's answer comes first, in a way the informer's later delivery agrees with.
 package controller
@@ -149,6 +150,9 @@ type Controller struct {
 	reconciler *reconciler.Reconciler
 	status     *statusupdater.Updater
 	metrics    *metrics.Metrics
+	// attachmentWatches records the lapses of the VolumeAttachment informer
+	// (see relist.go).
+	attachmentWatches *watchRecord
 	// nodesMu and attachmentsMu keep the node and VolumeAttachment event
 	// handlers out while the periodic pass compares (see rebuild.go).
 	nodesMu       sync.Mutex
@@ -191,8 +195,9 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		nodes:     cache.NewNodes(),
 		metrics:   m,
 
-		deletedNodes:  newDeletedNodesQueue(),
-		backoffExpiry: backoffExpiryPeriod,
+		attachmentWatches: inf.attachmentWatches,
+		deletedNodes:      newDeletedNodesQueue(),
+		backoffExpiry:     backoffExpiryPeriod,
 	}
 	if opts.Shadow {
 		for _, e := range shadow.Expectations {
@@ -247,6 +252,8 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		InUse:            c.desired.PodVolumesByNode,
 		WaitsForDetach:   func() metrics.Wait { return metrics.Wait(c.desired.WaitsForDetach(time.Now())) },
 		UnmountWaits:     func() metrics.Wait { return metrics.Wait(c.actual.UnmountWaits(time.Now())) },
+
+		AttachmentsUnproven: func() bool { return c.actual.Incomplete() != "" },
 	})
 	if err != nil {
 		return nil, err
@@ -285,6 +292,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	defer c.reconciler.ShutDown()
 	defer c.status.ShutDown()
 	defer c.deletedNodes.ShutDown()
+	c.attachmentWatches.follow(0, c.markIncomplete(ctx))
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -303,6 +311,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	onReady()
+	go c.proveAttachments(ctx)
 	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
 	if c.opts.Shadow {

@@ -31,6 +31,8 @@ type informerSet struct {
 	drivers     storageinformers.CSIDriverInformer
 	csiNodes    storageinformers.CSINodeInformer
 	attachments storageinformers.VolumeAttachmentInformer
+	// attachmentWatches records the lapses of the attachments informer.
+	attachmentWatches *watchRecord
 }
 
 // StartInformers requests the controller's informers from the factory and starts
@@ -46,14 +48,20 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 }
 
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
+	// The VolumeAttachment informer is made first, with the record of its watches.
+	recorded, err := attachmentInformer(f)
+	if err != nil {
+		return informerSet{}, err
+	}
 	s := informerSet{
-		pods:        f.Core().V1().Pods(),
-		nodes:       f.Core().V1().Nodes(),
-		claims:      f.Core().V1().PersistentVolumeClaims(),
-		pvs:         f.Core().V1().PersistentVolumes(),
-		drivers:     f.Storage().V1().CSIDrivers(),
-		csiNodes:    f.Storage().V1().CSINodes(),
-		attachments: f.Storage().V1().VolumeAttachments(),
+		pods:              f.Core().V1().Pods(),
+		nodes:             f.Core().V1().Nodes(),
+		claims:            f.Core().V1().PersistentVolumeClaims(),
+		pvs:               f.Core().V1().PersistentVolumes(),
+		drivers:           f.Storage().V1().CSIDrivers(),
+		csiNodes:          f.Storage().V1().CSINodes(),
+		attachments:       f.Storage().V1().VolumeAttachments(),
+		attachmentWatches: recorded.watches,
 	}
 	// The index is added once per informer: StartInformers may have added it.
 	pods := s.pods.Informer()

@@ -71,19 +71,35 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 // makes the controller more careful until the informer shows the deletion.
 func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	behind := 0
-	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
-		list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		return list.Items, list.Continue, nil
-	}, func(listed *storagev1.VolumeAttachment) {
+	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
 		held, err := c.informers.attachments.Lister().Get(listed.Name)
 		if err != nil || held.UID != listed.UID || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
 			behind++
 		}
 	})
 	return behind, err
+}
+
+// attachmentPage lists one page of VolumeAttachments.
+func (c *Controller) attachmentPage(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
+	list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return list.Items, list.Continue, nil
+}
+
+// listAttachments returns the name and UID of every VolumeAttachment, read from
+// etcd.
+func (c *Controller) listAttachments(ctx context.Context) (map[string]types.UID, error) {
+	out := make(map[string]types.UID)
+	err := quorumList(ctx, c.attachmentPage, func(va *storagev1.VolumeAttachment) {
+		out[va.Name] = va.UID
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	return out, nil
 }
 
 // nodesBehind counts the nodes that the informer does not hold, or holds at a

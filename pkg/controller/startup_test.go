@@ -239,6 +239,52 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 	}
 }
 
+// TestStartUpWaitsForAVolumeAttachmentMadeAgain: the previous leader's
+// VolumeAttachment of an RWO volume on node-a was deleted and, with the same
+// name, created again; the new leader's informer listed the old object, being
+// deleted, and its watch delivers the deletion and the new object only later.
+// The start-up check compared names only, so the controller decided with the old
+// object: once its deletion arrived, nothing held the volume on node-a until the
+// new one did, and the controller attached the volume to node-b meanwhile
+// (simulation seed 6131). The first decision must come once the informer holds
+// the object that exists.
+func TestStartUpWaitsForAVolumeAttachmentMadeAgain(t *testing.T) {
+	current := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	old := current.DeepCopy()
+	old.UID = "uid-deleted-since"
+	old.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce), current)
+	client.PrependReactor("list", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+			return true, &storagev1.VolumeAttachmentList{Items: []storagev1.VolumeAttachment{*old.DeepCopy()}}, nil
+		}
+		return false, nil, nil
+	})
+	watcher := watch.NewFake()
+	client.PrependWatchReactor("volumeattachments", clienttesting.DefaultWatchReactor(watcher, nil))
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		watcher.Delete(old.DeepCopy())
+		watcher.Add(current.DeepCopy())
+	}()
+
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Cleanup(c.factory.Shutdown)
+	var first cache.Attachment
+	err := c.Run(ctx, func() {
+		first, _ = c.actual.Object(current.Name)
+		cancel()
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if first.UID != current.UID {
+		t.Errorf("at the first decision the state records %s with UID %q, want the one that exists, %q", current.Name, first.UID, current.UID)
+	}
+}
+
 func TestAtLeastVersionComparesResourceVersions(t *testing.T) {
 	tests := []struct {
 		have, want string

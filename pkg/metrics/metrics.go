@@ -189,6 +189,10 @@ type StateSource struct {
 	// that wait for kubelet to unmount before they are detached.
 	WaitsForDetach func() Wait
 	UnmountWaits   func() Wait
+	// AttachmentsUnproven tells whether single-attach attaches wait because
+	// the VolumeAttachment informer stopped watching and is not yet proven to
+	// show every VolumeAttachment again.
+	AttachmentsUnproven func() bool
 }
 
 // RegisterState adds gauges read from the controller's state at scrape time.
@@ -226,6 +230,15 @@ func (m *Metrics) RegisterState(src StateSource) error {
 			Namespace: namespace, Name: "oldest_wait_for_unmount_seconds",
 			Help: "How long the oldest of the waits counted by volumes_waiting_for_unmount has lasted; 0 when none.",
 		}, func() float64 { return src.UnmountWaits().Oldest.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volume_attachments_unproven",
+			Help: "1 while single-attach attaches wait because the VolumeAttachment informer stopped watching and is not yet proven to show every VolumeAttachment again; 0 otherwise.",
+		}, func() float64 {
+			if src.AttachmentsUnproven() {
+				return 1
+			}
+			return 0
+		}),
 		newStateCollector(src),
 	}
 	for _, g := range gauges {

@@ -29,6 +29,8 @@ func TestStateGaugesAndOperations(t *testing.T) {
 		},
 		WaitsForDetach: func() Wait { return Wait{Count: 1, Oldest: 90 * time.Second} },
 		UnmountWaits:   func() Wait { return Wait{} },
+
+		AttachmentsUnproven: func() bool { return true },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +88,11 @@ attachdetach_controller_events_dropped_total{cause="retry_limit",type="Normal"} 
 attachdetach_controller_events_dropped_total{cause="retry_limit",type="Warning"} 0
 attachdetach_controller_events_dropped_total{cause="spam_filter",type="Normal"} 0
 attachdetach_controller_events_dropped_total{cause="spam_filter",type="Warning"} 0
+`},
+		{name: "attachdetach_controller_volume_attachments_unproven", want: `
+# HELP attachdetach_controller_volume_attachments_unproven 1 while single-attach attaches wait because the VolumeAttachment informer stopped watching and is not yet proven to show every VolumeAttachment again; 0 otherwise.
+# TYPE attachdetach_controller_volume_attachments_unproven gauge
+attachdetach_controller_volume_attachments_unproven 1
 `},
 		{name: "attachdetach_controller_volumes_waiting_for_detach", want: `
 # HELP attachdetach_controller_volumes_waiting_for_detach Volumes pods on a node wait for because another node holds them (single-attach), one per volume and waiting node.

@@ -103,6 +103,16 @@ func (e *HeldError) Error() string {
 	return fmt.Sprintf("the volume is held by node(s) %v", e.Nodes)
 }
 
+// HoldersUnknownError means a single-attach volume cannot be attached because
+// the actual state may lack a VolumeAttachment that holds it elsewhere.
+type HoldersUnknownError struct {
+	Reason string
+}
+
+func (e *HoldersUnknownError) Error() string {
+	return "whether another node holds the volume is not known: " + e.Reason
+}
+
 var (
 	// ErrInUse means a detach was called off because the node reported the volume
 	// in use, and no force rule applied when the API server was asked.
@@ -237,14 +247,18 @@ func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
 
 // Attach starts attaching the volume to the node for the pods. For a single-attach
 // volume it checks, holding the volume's lock, that no other node holds it. It
-// returns ErrPending, a *BackoffError or a *HeldError when the operation cannot
-// start now.
+// returns ErrPending, a *BackoffError, a *HoldersUnknownError or a *HeldError
+// when the operation cannot start now.
 func (e *Executor) Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error {
 	key := lockFor(vol.Name, node, vol.MultiAttach)
 	if err := e.begin(ctx, key, node, attachKind); err != nil {
 		return err
 	}
 	if !vol.MultiAttach {
+		if why := e.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(vol.Name) {
+			e.abandon(key)
+			return &HoldersUnknownError{Reason: why}
+		}
 		if holders := e.cfg.Actual.Holders(vol.Name, vol.PVName, node); len(holders) > 0 {
 			e.abandon(key)
 			return &HeldError{Nodes: holders}

@@ -836,3 +836,51 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachWaitsWhileTheStateMayLackAVolumeAttachment: while the actual state
+// may lack a VolumeAttachment that exists (the informer stopped watching), no
+// node is known not to hold a single-attach volume, so its attach does not start;
+// a multi-attach volume's does, and so does that of an in-tree iSCSI volume, whose
+// only records are the controller's own and node status.
+func TestAttachWaitsWhileTheStateMayLackAVolumeAttachment(t *testing.T) {
+	multi := testPV
+	multi.MultiAttach = true
+	tests := []struct {
+		name        string
+		vol         cache.Volume
+		wantStarted bool
+	}{
+		{"single-attach", testPV, false},
+		{"multi-attach", multi, true},
+		{"in-tree iSCSI, which has no VolumeAttachment", cache.Volume{Name: volumename.ISCSI("10.0.0.1:3260", "iqn.x", 0)}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, time.Minute)
+			h.informerSeesCreates = true
+			h.actual.SetIncomplete("the informer stopped watching")
+			err := h.exec.Attach(t.Context(), tc.vol, testNode, testPods)
+			var unknown *HoldersUnknownError
+			switch {
+			case tc.wantStarted && err != nil:
+				t.Fatalf("Attach = %v, want it started", err)
+			case !tc.wantStarted && (!errors.As(err, &unknown) || unknown.Reason != "the informer stopped watching"):
+				t.Fatalf("Attach = %v, want a *HoldersUnknownError with the state's reason", err)
+			case tc.wantStarted && volumename.ReportOnly(tc.vol.Name):
+				if _, ok := h.actual.Get(tc.vol.Name, testNode); !ok {
+					t.Errorf("%s is not recorded attached to %s", tc.vol.Name, testNode)
+				}
+			case tc.wantStarted:
+				h.waitWaiting(t, testVAName)
+				h.mu.Lock()
+				created := h.created[0]
+				h.mu.Unlock()
+				h.exec.ObserveVolumeAttachment(testVAName, withStatus(created, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+				h.waitDone(t)
+			}
+			if h.exec.IsRunning(tc.vol.Name, testNode) {
+				t.Errorf("an operation still runs on %s", testNode)
+			}
+		})
+	}
+}

@@ -155,7 +155,9 @@ func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) [
 		d := decideAttach(on, desired.Spec.AttachmentOn(node), r.cfg.Nodes.Get(node))
 		d.Wanted = true
 		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
-			if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
+			if why := r.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(name) {
+				d.Action, d.Reason = ActionWait, why
+			} else if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
 				d.Action, d.HeldBy, d.Reason = ActionWait, holders, heldReason(desired, holders)
 			}
 		}

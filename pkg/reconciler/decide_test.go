@@ -127,6 +127,8 @@ func TestDecisionReasons(t *testing.T) {
 func TestAttachDecisionReasons(t *testing.T) {
 	node := cache.Node{Name: "node-b", Presence: cache.NodePresent, Managed: true}
 	failing := cache.OnNode{Objects: []cache.Attachment{{VolumeAttachment: "va-b", AttachError: "rpc error: code = ResourceExhausted"}}}
+	own := cache.OnNode{Node: "node-b", Objects: []cache.Attachment{{VolumeAttachment: "va-b", Attached: true}}}
+	copied := cache.OnNode{Node: "node-b", Objects: []cache.Attachment{{VolumeAttachment: "copy-by-another-tool", Attached: true}}}
 	tests := []struct {
 		name       string
 		on         *cache.OnNode
@@ -135,6 +137,10 @@ func TestAttachDecisionReasons(t *testing.T) {
 		wantReason string
 	}{
 		{"nothing yet", nil, node, ActionAttach, "to be attached"},
+		{"attached", &own, node, ActionNone, "attached"},
+		// Kubelet waits for the controller's VolumeAttachment, by its name: a
+		// copy another tool made, attached, does not attach the volume for it.
+		{"only a copy under another name attached", &copied, node, ActionAttach, "to be attached"},
 		{"driver error", &failing, node, ActionAttach, "attaching; the CSI driver reported: rpc error: code = ResourceExhausted"},
 		{"node missing", nil, cache.Node{Name: "node-b"}, ActionWait, "node node-b does not exist"},
 		{"unmanaged", nil, cache.Node{Name: "node-b", Presence: cache.NodePresent}, ActionWait, "node node-b is not managed"},
@@ -253,7 +259,9 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 		name        string
 		multiAttach bool
 		// podOnA: a pod on node-a, the holder, still needs the volume.
-		podOnA     bool
+		podOnA bool
+		// incomplete: the actual state may lack a VolumeAttachment that exists.
+		incomplete string
 		wantAction Action
 		wantHeldBy []string
 		wantReason string
@@ -263,12 +271,17 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 		{name: "held by a node whose pod needs it", podOnA: true, wantAction: ActionWait, wantHeldBy: []string{"node-a"},
 			wantReason: "a single-attach volume: held by node-a for pod(s) ns/p-a: waits for them to go"},
 		{name: "multi-attach", multiAttach: true, podOnA: true, wantAction: ActionAttach, wantReason: "to be attached"},
+		{name: "held elsewhere while the state may lack a VolumeAttachment", incomplete: "the informer stopped watching", wantAction: ActionWait,
+			wantReason: "the informer stopped watching"},
+		{name: "multi-attach while the state may lack a VolumeAttachment", multiAttach: true, incomplete: "the informer stopped watching",
+			wantAction: ActionAttach, wantReason: "to be attached"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h", PVName: "pv", MultiAttach: tc.multiAttach}
 			actual := cache.NewActualState()
 			actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-a", UID: "uid-a", Attached: true, MultiAttach: tc.multiAttach})
+			actual.SetIncomplete(tc.incomplete)
 			desired := cache.NewDesiredState()
 			if tc.podOnA {
 				desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p-a", UID: "u-a"}, "node-a", []cache.Volume{vol})

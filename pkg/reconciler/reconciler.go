@@ -30,7 +30,8 @@ import (
 // Executor starts attach and detach operations.
 type Executor interface {
 	// Attach starts attaching; it refuses with a *operationexecutor.HeldError
-	// when another node holds a single-attach volume.
+	// when another node holds a single-attach volume, and with a
+	// *operationexecutor.HoldersUnknownError when that is not known.
 	Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error
 	Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error
 	IsRunning(volume volumename.UniqueName, node string) bool
@@ -233,6 +234,9 @@ func (r *Reconciler) handleStartError(ctx context.Context, err error, node strin
 	case errors.As(err, &backoff):
 		next.at(backoff.Remaining)
 	case errors.Is(err, operationexecutor.ErrPending), errors.Is(err, operationexecutor.ErrStopped):
+	case errors.As(err, new(*operationexecutor.HoldersUnknownError)):
+		// The volume is queued again once the state is known to be complete.
+		klog.FromContext(ctx).V(2).Info("Not attaching yet", "node", node, "reason", err)
 	default:
 		klog.FromContext(ctx).Error(err, "Starting an operation failed", "node", node)
 		next.at(time.Second)

@@ -66,6 +66,16 @@ var regressionSeeds = []struct {
 	// object, the one kubelet waits for, was never created again. Failed 19 of
 	// 20 runs before, 0 of 20 after.
 	{"a copy of a VolumeAttachment stands for the controller's own", 46886},
+	// The VolumeAttachment informer's watch expired and it listed again only
+	// after its back-off, or its lists failed; another tool's copy made
+	// meanwhile held an RWO volume on one node while the controller attached it
+	// to another. 1064 failed 12 of 200 runs before the fix; 7740, the same
+	// defect, 12 of 40. After it, neither puts a volume on two nodes in 200 runs;
+	// 7740 converges in all 200, 1064 does not in 2 of 200, as before the fix: a
+	// record of a deleted VolumeAttachment stays with the periodic pass off, a
+	// cause of its own.
+	{"single-attach attach while the VolumeAttachment informer is not watching", 1064},
+	{"single-attach attach while the VolumeAttachment informer is not watching, a second draw", 7740},
 }
 
 func TestRegressionSeeds(t *testing.T) {

@@ -1,0 +1,314 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+)
+
+// vaWatches makes the VolumeAttachment watches of client fake ones that deliver
+// nothing unless told, and the lists of VolumeAttachments fail while failing is
+// set.
+type vaWatches struct {
+	mu      sync.Mutex
+	current *watch.FakeWatcher
+	failing atomic.Bool
+	failed  atomic.Int32
+	// hidden names a VolumeAttachment the informer's lists leave out; quorum
+	// lists show it.
+	hidden atomic.Pointer[string]
+}
+
+func newVAWatches(client *fake.Clientset) *vaWatches {
+	w := &vaWatches{}
+	client.PrependWatchReactor("volumeattachments", func(clienttesting.Action) (bool, watch.Interface, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.current = watch.NewFake()
+		return true, w.current, nil
+	})
+	client.PrependReactor("list", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if w.failing.Load() {
+			w.failed.Add(1)
+			return true, nil, apierrors.NewTooManyRequests("throttled", 1)
+		}
+		hidden := w.hidden.Load()
+		if hidden == nil || a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "" {
+			return false, nil, nil
+		}
+		obj, err := client.Tracker().List(vaResource, vaKind, "")
+		if err != nil {
+			return true, nil, err
+		}
+		list := obj.(*storagev1.VolumeAttachmentList)
+		list.Items = slices.DeleteFunc(list.Items, func(va storagev1.VolumeAttachment) bool { return va.Name == *hidden })
+		return true, list, nil
+	})
+	return w
+}
+
+var (
+	vaResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
+	vaKind     = storagev1.SchemeGroupVersion.WithKind("VolumeAttachment")
+)
+
+// expire ends the running watch with 410 Gone, as when the API server's window
+// has moved past it.
+func (w *vaWatches) expire() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.current == nil {
+		return false
+	}
+	w.current.Error(&apierrors.NewResourceExpired("too old resource version").ErrStatus)
+	w.current = nil
+	return true
+}
+
+// TestNoSingleAttachAttachWhileTheInformerCannotList: the VolumeAttachment
+// informer's watch expired and its lists then failed; meanwhile another tool
+// made a VolumeAttachment of an RWO volume on node-b, which the informer did not
+// show. A pod on node-a then needed the volume. The controller attached it to
+// node-a while node-b held it (simulation seed 1064). While a list of the
+// informer has failed, no single-attach attach may start until every
+// VolumeAttachment that exists is known again; then node-b's holds the volume.
+func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
+	pv := csiPV("pv-1", "vol-1", "ns", "claim-1", v1.ReadWriteOnce)
+	client := fake.NewClientset(node("node-a", nil, nil), node("node-b", nil, nil), pv, boundClaim("ns", "claim-1", "pv-1"))
+	watches := newVAWatches(client)
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx, func() { close(ready) }); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.factory.Shutdown()
+	})
+	<-ready
+
+	watches.failing.Store(true)
+	if !eventually(10*time.Second, watches.expire) {
+		t.Fatal("the VolumeAttachment informer never watched")
+	}
+	if !eventually(10*time.Second, func() bool { return watches.failed.Load() > 0 }) {
+		t.Fatal("the VolumeAttachment informer did not list again")
+	}
+	held := volumeAttachment("vol-1", "node-b", pvSource("pv-1"), true)
+	held.Name, held.UID = "copy-on-node-b", "uid-copy-on-node-b"
+	if err := client.Tracker().Add(held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "pod-1", "node-a", "claim-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	vol := volumename.CSI(testDriver, "vol-1")
+	decisionOnA := func() reconciler.Decision {
+		for _, d := range c.reconciler.Explain(vol, true) {
+			if d.Node == "node-a" {
+				return d
+			}
+		}
+		return reconciler.Decision{}
+	}
+	if !eventually(10*time.Second, func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "stopped watching")
+	}) {
+		t.Fatalf("while the informer cannot list, node-a's decision is %+v, want a wait for every VolumeAttachment to be known", decisionOnA())
+	}
+
+	watches.failing.Store(false)
+	if !eventually(20*time.Second, func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && len(d.HeldBy) == 1 && d.HeldBy[0] == "node-b"
+	}) {
+		t.Fatalf("once the informer lists again, node-a's decision is %+v, want a wait for node-b to release the volume", decisionOnA())
+	}
+	for _, a := range client.Actions() {
+		if create, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "volumeattachments" {
+			if va := create.GetObject().(*storagev1.VolumeAttachment); va.Spec.NodeName == "node-a" {
+				t.Errorf("the controller created %s on node-a while node-b held the volume", va.Name)
+			}
+		}
+	}
+}
+
+// TestTheProofWaitsForWhatAQuorumListShows: the informer watches again, but its
+// list has not shown another tool's VolumeAttachment on node-b that a quorum list
+// shows (a list served from a cache behind etcd). Single-attach attaches wait
+// until the informer shows it; a lapse meanwhile starts the proof again.
+func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
+	pv := csiPV("pv-1", "vol-1", "ns", "claim-1", v1.ReadWriteOnce)
+	client := fake.NewClientset(node("node-a", nil, nil), node("node-b", nil, nil), pv, boundClaim("ns", "claim-1", "pv-1"))
+	watches := newVAWatches(client)
+	c := newControllerWithoutPass(t, client)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx, func() { close(ready) }); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.factory.Shutdown()
+	})
+	<-ready
+
+	held := volumeAttachment("vol-1", "node-b", pvSource("pv-1"), true)
+	held.Name, held.UID = "copy-on-node-b", "uid-copy-on-node-b"
+	watches.hidden.Store(&held.Name)
+	if err := client.Tracker().Add(held); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, watches.expire) {
+		t.Fatal("the VolumeAttachment informer never watched")
+	}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "pod-1", "node-a", "claim-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vol := volumename.CSI(testDriver, "vol-1")
+	decisionOnA := func() reconciler.Decision {
+		for _, d := range c.reconciler.Explain(vol, true) {
+			if d.Node == "node-a" {
+				return d
+			}
+		}
+		return reconciler.Decision{}
+	}
+	waits := func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "stopped watching")
+	}
+	// The informer lists again and watches: wait for its second watch, then end
+	// it too, during the proof.
+	if !eventually(10*time.Second, func() bool { return waits() && watches.expire() }) {
+		t.Fatalf("while the informer has not shown what exists, node-a's decision is %+v, want a wait", decisionOnA())
+	}
+	if !eventually(10*time.Second, func() bool {
+		watches.mu.Lock()
+		defer watches.mu.Unlock()
+		return watches.current != nil
+	}) {
+		t.Fatal("the VolumeAttachment informer did not watch again")
+	}
+	time.Sleep(time.Second)
+	if !waits() {
+		t.Fatalf("a second after the informer watched again without showing what exists, node-a's decision is %+v, want a wait", decisionOnA())
+	}
+
+	watches.hidden.Store(nil)
+	if !eventually(10*time.Second, watches.expire) {
+		t.Fatal("the VolumeAttachment informer stopped watching")
+	}
+	if !eventually(20*time.Second, func() bool {
+		d := decisionOnA()
+		return d.Action == reconciler.ActionWait && len(d.HeldBy) == 1 && d.HeldBy[0] == "node-b"
+	}) {
+		t.Fatalf("once the informer shows what exists, node-a's decision is %+v, want a wait for node-b to release the volume", decisionOnA())
+	}
+	for _, a := range client.Actions() {
+		if create, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "volumeattachments" {
+			t.Errorf("the controller created %s while node-b held the volume", create.GetObject().(*storagev1.VolumeAttachment).Name)
+		}
+	}
+}
+
+// TestWatchRecordLapses: what counts as the VolumeAttachment informer stopping
+// to watch, and as resuming.
+func TestWatchRecordLapses(t *testing.T) {
+	failed := errors.New("throttled")
+	last := &storagev1.VolumeAttachmentList{}
+	page := &storagev1.VolumeAttachmentList{ListMeta: metav1.ListMeta{Continue: "next"}}
+	tests := []struct {
+		name        string
+		steps       func(r *watchRecord)
+		wantLapses  uint64
+		wantResumed bool
+	}{
+		{"watching", func(r *watchRecord) { r.watchStarted(nil) }, 0, true},
+		{"a watch that ended", func(r *watchRecord) { r.watchEnded(r.watchStarted(nil)) }, 1, false},
+		{"a watch that ended, then a list", func(r *watchRecord) {
+			r.watchEnded(r.watchStarted(nil))
+			r.listed(last, nil)
+		}, 1, true},
+		{"a failed list", func(r *watchRecord) { r.listed(nil, failed) }, 1, false},
+		{"a failed list, then the first page of one", func(r *watchRecord) {
+			r.listed(nil, failed)
+			r.listed(page, nil)
+		}, 1, false},
+		{"a failed list, then a whole one", func(r *watchRecord) {
+			r.listed(nil, failed)
+			r.listed(page, nil)
+			r.listed(last, nil)
+		}, 1, true},
+		{"a watch that failed to start, then one that started", func(r *watchRecord) {
+			r.watchStarted(failed)
+			r.watchStarted(nil)
+		}, 1, true},
+		{"the late end of a watch another replaced", func(r *watchRecord) {
+			first := r.watchStarted(nil)
+			r.watchEnded(first)
+			r.listed(last, nil)
+			r.watchStarted(nil)
+			r.watchEnded(first)
+		}, 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWatchRecord()
+			told := uint64(0)
+			r.follow(0, func() { told++ })
+			tc.steps(r)
+			lapses, resumed, _ := r.state()
+			if lapses != tc.wantLapses || resumed != tc.wantResumed || told != tc.wantLapses {
+				t.Errorf("lapses %d (told %d), resumed %t; want %d, %t", lapses, told, resumed, tc.wantLapses, tc.wantResumed)
+			}
+		})
+	}
+}
+
+// TestAProofEndsOnlyWithoutALapseSinceItBegan: a proof begun after some lapses
+// does not mark the state complete once another lapse has come.
+func TestAProofEndsOnlyWithoutALapseSinceItBegan(t *testing.T) {
+	r := newWatchRecord()
+	r.listed(nil, errors.New("throttled"))
+	lapses, _, _ := r.state()
+	r.watchEnded(r.watchStarted(nil))
+	if r.ifNoLapseSince(lapses, func() { t.Error("the proof ended after a lapse that came during it") }) {
+		t.Error("ifNoLapseSince reported a proof that ended after a lapse during it")
+	}
+	now, _, _ := r.state()
+	ran := false
+	if !r.ifNoLapseSince(now, func() { ran = true }) || !ran {
+		t.Error("a proof with no lapse since it began did not end")
+	}
+}
