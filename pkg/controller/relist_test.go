@@ -192,6 +192,12 @@ func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
 	if !eventually(10*time.Second, watches.expire) {
 		t.Fatal("the VolumeAttachment informer never watched")
 	}
+	// The copy, hidden from the informer, stands for one made while it was not
+	// watching: a pod needs the volume only once the controller has seen the
+	// watch end.
+	if !eventually(10*time.Second, func() bool { return c.actual.Incomplete() != "" }) {
+		t.Fatal("the end of the VolumeAttachment informer's watch did not make the actual state incomplete")
+	}
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "pod-1", "node-a", "claim-1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
