@@ -39,6 +39,14 @@ func newControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Contro
 func runningController(t *testing.T, objs ...runtime.Object) *Controller {
 	t.Helper()
 	c := newControllerWithoutPass(t, fake.NewClientset(objs...))
+	runUntilReady(t, c)
+	return c
+}
+
+// runUntilReady runs c until the test ends, and returns once it reconciles, with
+// the context it runs in.
+func runUntilReady(t *testing.T, c *Controller) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})
@@ -58,7 +66,7 @@ func runningController(t *testing.T, objs ...runtime.Object) *Controller {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the controller did not start")
 	}
-	return c
+	return ctx
 }
 
 // eventually polls cond until it holds or the deadline passes.

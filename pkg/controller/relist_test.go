@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -94,21 +93,7 @@ func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
 	client := fake.NewClientset(node("node-a", nil, nil), node("node-b", nil, nil), pv, boundClaim("ns", "claim-1", "pv-1"))
 	watches := newVAWatches(client)
 	c := newControllerWithoutPass(t, client)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.Run(ctx, func() { close(ready) }); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.factory.Shutdown()
-	})
-	<-ready
+	ctx := runUntilReady(t, c)
 
 	watches.failing.Store(true)
 	if !eventually(10*time.Second, watches.expire) {
@@ -167,21 +152,7 @@ func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
 	client := fake.NewClientset(node("node-a", nil, nil), node("node-b", nil, nil), pv, boundClaim("ns", "claim-1", "pv-1"))
 	watches := newVAWatches(client)
 	c := newControllerWithoutPass(t, client)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.Run(ctx, func() { close(ready) }); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.factory.Shutdown()
-	})
-	<-ready
+	ctx := runUntilReady(t, c)
 
 	held := volumeAttachment("vol-1", "node-b", pvSource("pv-1"), true)
 	held.Name, held.UID = "copy-on-node-b", "uid-copy-on-node-b"
