@@ -50,7 +50,7 @@
 // to 32, on a core loaded by other processes or under the race detector changes
 // how often it fails little (seed 1496 on 2026-11-25: 55 of 500 runs alone, 6 of
 // 50 among seeds 1490-1499, 24, 29, 21 and 19 of 200 with GOMAXPROCS 1, 2, 8 and
-// 32, 8 of 100 on a loaded core): "fails only in the CI run" means a low rate,
+// 32, 8 of 100 on a loaded core, 6 of 100 under -race): "fails only in the CI run" means a low rate,
 // and the CI run's 2,000 draws find such seeds.
 //
 // A failing seed prints the violation, its trace (world steps, every write
