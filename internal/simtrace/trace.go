@@ -12,13 +12,19 @@ import (
 	"github.com/go-logr/logr/funcr"
 )
 
-// Trace is a ring of the last lines. Its methods are safe for concurrent use.
+// Trace is a ring of the last lines, until Hold stops it. Its methods are safe
+// for concurrent use.
 type Trace struct {
 	mu    sync.Mutex
 	start time.Time
 	lines []string
 	next  int
 	total int
+	// held is set by Hold: the ring keeps what it has, and later lines go to
+	// after, up to a quarter of the ring's size; dropped counts the rest.
+	held    bool
+	after   []string
+	dropped int
 }
 
 // New returns a trace keeping the last size lines, timed from now.
@@ -31,9 +37,27 @@ func (t *Trace) Addf(format string, args ...any) {
 	line := fmt.Sprintf("%9.3fs  %s", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.held {
+		if len(t.after) < max(1, len(t.lines)/4) {
+			t.after = append(t.after, line)
+		} else {
+			t.dropped++
+		}
+		return
+	}
 	t.lines[t.next] = line
 	t.next = (t.next + 1) % len(t.lines)
 	t.total++
+}
+
+// Hold keeps the lines the trace holds now from being pushed out by later ones,
+// and keeps a quarter of its size of the lines that follow: a run that failed
+// shows what led to its first violation, not only what happened in the time the
+// run took to stop after it.
+func (t *Trace) Hold() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.held = true
 }
 
 // Since returns the simulated time since the trace began.
@@ -52,6 +76,13 @@ func (t *Trace) String() string {
 			b.WriteString(line)
 			b.WriteByte('\n')
 		}
+	}
+	for _, line := range t.after {
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	if t.dropped > 0 {
+		fmt.Fprintf(&b, "... %d later lines dropped\n", t.dropped)
 	}
 	return b.String()
 }

@@ -31,7 +31,7 @@ var (
 	seedFlag  = flag.Int64("seed", -1, "run only this seed")
 	seedsFlag = flag.Int("seeds", 2000, "number of seeds to run, from -first (200 with -short unless set)")
 	firstFlag = flag.Int64("first", 1, "first seed")
-	traceFlag = flag.Int("trace", 400, "trace lines printed for a failing seed")
+	traceFlag = flag.Int("trace", 400, "trace lines printed for a failing seed: the last ones, or those before its first violation")
 	stallFlag = flag.Duration("stall", 2*time.Minute, "real time after which a seed that has not finished is reported as stalled, and the test binary stops")
 )
 
@@ -81,7 +81,7 @@ func runSeeds(t *testing.T, first, count int64) {
 				// Simulated time stops if a goroutine waits on a mutex held by one
 				// that sleeps: nothing in the bubble can end the seed then.
 				debug.SetTraceback("all")
-				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
+				panic(fmt.Sprintf("seed %d stalled: no progress for %s of real time (a goroutine waiting on a mutex whose holder waits for simulated time?)\ntrace:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=500 if it passes, about 30 s: what runs between meeting points within one instant is not reproducible, and a seed of the CI run may fail in 1 run of 500)",
 					seed, *stallFlag, trace.Load(), seed))
 			})
 			defer watchdog.Stop()
@@ -90,7 +90,7 @@ func runSeeds(t *testing.T, first, count int64) {
 				// blocked once the seed ended: something the controller started
 				// was never stopped.
 				if r := recover(); r != nil {
-					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
+					t.Errorf("seed %d: %v\ntrace (last %d lines):\n%s\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=500 if it passes, about 30 s: what runs between meeting points within one instant is not reproducible, and a seed of the CI run may fail in 1 run of 500)",
 						seed, r, *traceFlag, trace.Load(), leftovers(), seed)
 				}
 			}()
@@ -128,7 +128,12 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
 		NeverForce:            p.neverForced,
 		DetachOnShutdownTaint: p.opts.DetachOnShutdownTaint,
-	}, mounts, func(v string) { trace.Addf("%s", v) })
+	}, mounts, func(v string) {
+		// The seed runs on for up to a second after a violation: the trace keeps
+		// what led to the first one.
+		trace.Addf("%s", v)
+		trace.Hold()
+	})
 	store := fakeapi.NewStore(func(r fakeapi.Reader, w fakeapi.Write) {
 		trace.Addf("write: %s", describeWrite(w))
 		checker.Observe(r, w)
@@ -172,7 +177,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		if len(diffs) > 0 {
 			fmt.Fprintf(&b, "CONVERGENCE: not converged %s after changes stopped:\n  %s\n", convergeWithin, strings.Join(diffs, "\n  "))
 		}
-		t.Errorf("seed %d failed:\n%s\ntrace (last %d lines):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=10 if it passes: what runs between meeting points within one instant is not reproducible)",
+		t.Errorf("seed %d failed:\n%s\ntrace (%d lines, up to the first violation if any):\n%s\nstate at the end:\n%s\nrun it again: go test ./test/simulation -run TestSimulation -seed=%d -v (-count=500 if it passes, about 30 s: what runs between meeting points within one instant is not reproducible, and a seed of the CI run may fail in 1 run of 500)",
 			seed, b.String(), *traceFlag, trace.String(), state, seed)
 	}
 }
