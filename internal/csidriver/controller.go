@@ -123,7 +123,9 @@ func (s *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
 
-// wait sleeps for the configured delay, or until ctx ends.
+// wait sleeps for the configured delay, or until ctx ends. A call whose context
+// ended changes nothing, even when the delay was over too by the time its
+// goroutine ran again (a select between two ready cases picks either).
 func (d *Driver) wait(ctx context.Context) error {
 	delay := d.Delay()
 	if delay <= 0 {
@@ -133,10 +135,12 @@ func (d *Driver) wait(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
 	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
 	}
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return nil
 }
 
 // shareable tells whether a volume with the given publications may be published on
