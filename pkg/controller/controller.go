@@ -121,6 +121,9 @@ type Executor interface {
 	// ObserveVolumeAttachment passes what the informer saw of a VolumeAttachment
 	// (nil once deleted) to the operations waiting for it.
 	ObserveVolumeAttachment(name string, va *storagev1.VolumeAttachment)
+	// WaitsFor tells whether a running operation waits for what the informer
+	// shows of the VolumeAttachment; its Done follows.
+	WaitsFor(name string) bool
 	// ResetBackoff lets the next operation on the volume and node start at once;
 	// it reports whether the pair was backing off after a failed attach.
 	ResetBackoff(volume volumename.UniqueName, node string) bool

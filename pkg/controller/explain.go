@@ -208,7 +208,7 @@ func (c *Controller) explainVolume(name volumename.UniqueName, live bool) explai
 		out.Display = cmp.Or(out.Display, out.PV)
 	}
 	for _, d := range c.reconciler.Explain(name, live) {
-		n := explain.NodeReport{Node: d.Node, Action: string(d.Action), Reason: d.Reason}
+		n := explain.NodeReport{Node: d.Node, Action: string(d.Action), Reason: d.Reason()}
 		for _, p := range desired.Nodes[d.Node] {
 			n.Pods = append(n.Pods, p.Key())
 		}

@@ -367,9 +367,19 @@ func (c *Controller) onVolumeAttachmentDelete(obj any) {
 func (c *Controller) forgetVolumeAttachment(name string, uid types.UID) {
 	if att, ok := c.actual.Forget(name, uid); ok {
 		c.status.Enqueue(att.Node)
-		c.reconciler.Enqueue(att.Volume)
+		c.reconcileUnlessAwaited(att.Volume, name)
 	}
 	c.executor.ObserveVolumeAttachment(name, nil)
+}
+
+// reconcileUnlessAwaited queues the volume after a change of one of its
+// VolumeAttachments, unless an operation waits for that object: the operation's
+// end, which comes after the change, queues the volume (Done), and a Sync
+// before it could only find the operation still running.
+func (c *Controller) reconcileUnlessAwaited(volume volumename.UniqueName, attachment string) {
+	if !c.executor.WaitsFor(attachment) {
+		c.reconciler.Enqueue(volume)
+	}
 }
 
 // observeVolumeAttachment records what a VolumeAttachment says in the actual
@@ -408,7 +418,7 @@ func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.
 	if c.actual.Observe(o) {
 		c.status.Enqueue(o.Node)
 	}
-	c.reconciler.Enqueue(vol.Name)
+	c.reconcileUnlessAwaited(vol.Name, va.Name)
 }
 
 // identifyOnNode tries again to identify the VolumeAttachments of the node whose

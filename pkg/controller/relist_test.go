@@ -122,7 +122,7 @@ func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
 	}
 	if !eventually(10*time.Second, func() bool {
 		d := decisionOnA()
-		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "stopped watching")
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason(), "stopped watching")
 	}) {
 		t.Fatalf("while the informer cannot list, node-a's decision is %+v, want a wait for every VolumeAttachment to be known", decisionOnA())
 	}
@@ -183,7 +183,7 @@ func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
 	}
 	waits := func() bool {
 		d := decisionOnA()
-		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason, "stopped watching")
+		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason(), "stopped watching")
 	}
 	// The informer lists again and watches: wait for its second watch, then end
 	// it too, during the proof.

@@ -154,6 +154,12 @@ func (e *Executor) ObserveVolumeAttachment(name string, va *storagev1.VolumeAtta
 	e.waiter.observe(name, va)
 }
 
+// WaitsFor tells whether a running operation waits for what the informer shows
+// of the VolumeAttachment. That operation ends after it, and Done then has the
+// volume reconciled: what the informer shows of the object meanwhile needs no
+// reconcile of its own.
+func (e *Executor) WaitsFor(name string) bool { return e.waiter.waitsFor(name) }
+
 // IsRunning tells whether an operation that involves the volume on the node runs.
 func (e *Executor) IsRunning(volume volumename.UniqueName, node string) bool {
 	return e.locks.isRunning(volume, node)

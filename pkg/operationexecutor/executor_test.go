@@ -307,10 +307,7 @@ func (h *execHarness) waitWaiting(t *testing.T, name string) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for time.Now().Before(deadline) {
-		h.exec.waiter.mu.Lock()
-		n := len(h.exec.waiter.waiting[name])
-		h.exec.waiter.mu.Unlock()
-		if n > 0 {
+		if h.exec.WaitsFor(name) {
 			return
 		}
 		select {

@@ -40,6 +40,13 @@ func (w *waiter) observe(name string, va *storagev1.VolumeAttachment) {
 	}
 }
 
+// waitsFor tells whether an operation waits on the VolumeAttachment.
+func (w *waiter) waitsFor(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiting[name]) > 0
+}
+
 // wait blocks until cond holds for the VolumeAttachment, starting from current
 // (what the informer holds now), or until ctx ends.
 func (w *waiter) wait(ctx context.Context, name string, current func() *storagev1.VolumeAttachment, cond condition) error {

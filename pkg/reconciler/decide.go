@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -73,16 +72,18 @@ const (
 	ActionDetach Action = "detach"
 )
 
-// Decision is what the rules say about a volume on one node, and why, in words an
-// operator reads.
+// Decision is what the rules say about a volume on one node: the rule that
+// decided (Code) and the facts it decided on. Reason words it for an operator.
 type Decision struct {
 	Node   string
 	Action Action
+	// Code names the rule that decided.
+	Code ReasonCode
 	// Force names the rule that lets a detach go ahead while the node may still
 	// have the volume mounted.
 	Force operationexecutor.ForceReason
-	// Reason says why, in plain words.
-	Reason string
+	// At is when the rules were applied.
+	At time.Time
 	// WaitStarted is when the wait for unmount began; ForceAt is when a force
 	// detach becomes possible (zero: not on a timeout).
 	WaitStarted, ForceAt time.Time
@@ -90,9 +91,17 @@ type Decision struct {
 	// plugin it belongs to ("" for the default).
 	Policy       DriverUnmountPolicy
 	PolicyDriver string
+	// NodeReady tells whether the node was Ready.
+	NodeReady bool
 	// HeldBy are the other nodes that hold a single-attach volume this node waits
-	// for.
-	HeldBy []string
+	// for, and HolderPods the pods on each of them that still need it.
+	HeldBy     []string
+	HolderPods map[string][]string
+	// DriverError is what the CSI driver reported on the VolumeAttachment.
+	DriverError string
+	// Unproven says why the actual state may lack a VolumeAttachment that holds
+	// the volume elsewhere.
+	Unproven string
 	// Wanted tells whether a pod on the node needs the volume: the decision is
 	// about attaching it there, not detaching it.
 	Wanted bool
@@ -127,7 +136,12 @@ const (
 // decisions returns the decisions about the volume on every node.
 func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) []Decision {
 	desired, _ := r.cfg.Desired.Volume(name)
-	attachments := r.cfg.Actual.Volume(name)
+	return r.decide(desired, r.cfg.Actual.Volume(name), waits)
+}
+
+// decide applies the rules to the volume as desired and as attached, on every
+// node that needs it or has something of it, sorted by node.
+func (r *Reconciler) decide(desired cache.DesiredVolume, attachments []cache.OnNode, waits unmountWaits) []Decision {
 	now := r.cfg.Now()
 	var out []Decision
 	for _, on := range attachments {
@@ -148,17 +162,13 @@ func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) [
 		}))
 	}
 	for node := range desired.Nodes {
-		var on *cache.OnNode
-		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == node }); i >= 0 {
-			on = &attachments[i]
-		}
-		d := decideAttach(on, desired.Spec.AttachmentOn(node), r.cfg.Nodes.Get(node))
-		d.Wanted = true
+		d := decideAttach(attachmentOn(attachments, node), desired.Spec.AttachmentOn(node), r.cfg.Nodes.Get(node))
+		d.Wanted, d.At = true, now
 		if d.Action == ActionAttach && !desired.Spec.MultiAttach {
-			if why := r.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(name) {
-				d.Action, d.Reason = ActionWait, why
-			} else if holders := r.cfg.Actual.Holders(name, desired.Spec.PVName, node); len(holders) > 0 {
-				d.Action, d.HeldBy, d.Reason = ActionWait, holders, heldReason(desired, holders)
+			if why := r.cfg.Actual.Incomplete(); why != "" && !volumename.ReportOnly(desired.Spec.Name) {
+				d.Action, d.Code, d.Unproven = ActionWait, ReasonHoldersUnknown, why
+			} else if holders := r.cfg.Actual.Holders(desired.Spec.Name, desired.Spec.PVName, node); len(holders) > 0 {
+				d.Action, d.Code, d.HeldBy, d.HolderPods = ActionWait, ReasonHeld, holders, holderPods(desired, holders)
 			}
 		}
 		out = append(out, d)
@@ -167,96 +177,76 @@ func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) [
 	return out
 }
 
-// heldReason words the wait of a single-attach volume that other nodes hold.
-func heldReason(desired cache.DesiredVolume, holders []string) string {
-	var parts []string
-	for _, h := range holders {
-		pods := desired.Nodes[h]
-		if len(pods) == 0 {
-			parts = append(parts, fmt.Sprintf("held by %s, where no pod needs it any more: waits for its detach", h))
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("held by %s for pod(s) %s: waits for them to go", h, strings.Join(podKeys(pods), ", ")))
+// attachmentOn returns what exists of the volume on the node, if anything.
+func attachmentOn(attachments []cache.OnNode, node string) *cache.OnNode {
+	if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == node }); i >= 0 {
+		return &attachments[i]
 	}
-	return "a single-attach volume: " + strings.Join(parts, "; ")
+	return nil
+}
+
+// holderPods returns, by holder, the pods there that still need the volume.
+func holderPods(desired cache.DesiredVolume, holders []string) map[string][]string {
+	out := make(map[string][]string, len(holders))
+	for _, h := range holders {
+		out[h] = podKeys(desired.Nodes[h])
+	}
+	return out
 }
 
 // decideDetach applies the detach rules to an attachment on a node that no pod
 // there needs. waitStarted returns when the wait for unmount began: the
 // reconciler starts it, an explanation only reads it.
 func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Time, waitStarted func() time.Time) Decision {
-	d := Decision{Node: on.Node, Action: ActionDetach}
+	d := Decision{Node: on.Node, Action: ActionDetach, At: now, NodeReady: node.Ready}
 	d.Policy, d.PolicyDriver = r.cfg.UnmountPolicy.For(on.Volume)
 	switch {
 	case node.Exists() && !node.Managed:
-		d.Action, d.Reason = ActionNone, fmt.Sprintf("node %s is not managed by the attach/detach controller (no %s=true annotation): kubelet attaches and detaches there itself", on.Node, cache.ManagedAnnotation)
+		d.Action, d.Code = ActionNone, ReasonKubeletDetaches
 		return d
 	case on.Deleting():
-		d.Action, d.Reason = ActionWait, "its VolumeAttachment is being deleted: waiting for the CSI external-attacher to detach it"
-		if msg := detachError(on); msg != "" {
-			d.Reason += "; the CSI driver reported: " + msg
-		}
+		d.Action, d.Code, d.DriverError = ActionWait, ReasonDetaching, detachError(on)
 		return d
 	case !node.Mounted(on.Volume):
-		d.Reason = fmt.Sprintf("no pod on %s needs it and kubelet does not report it in use", on.Node)
+		d.Code = ReasonNotInUse
 		return d
 	case node.OutOfService:
-		d.Force, d.Reason = operationexecutor.ForceOutOfService, fmt.Sprintf("node %s has the %s taint: detached although it may still be mounted", on.Node, cache.OutOfServiceTaint)
+		d.Force, d.Code = operationexecutor.ForceOutOfService, ReasonOutOfService
 		return d
 	case r.cfg.DetachOnShutdownTaint && node.Shutdown && !node.Ready:
-		d.Force, d.Reason = operationexecutor.ForceShutdown, fmt.Sprintf("node %s has the %s taint and is not Ready: detached although it may still be mounted", on.Node, cache.ShutdownTaint)
+		d.Force, d.Code = operationexecutor.ForceShutdown, ReasonShutdown
 		return d
 	}
 	d.WaitStarted = waitStarted()
-	mounted := fmt.Sprintf("mounted on %s (volumesInUse); waiting for kubelet to unmount it since %s", on.Node, d.WaitStarted.Format(time.TimeOnly))
-	if d.WaitStarted.IsZero() {
-		mounted = fmt.Sprintf("mounted on %s (volumesInUse); waiting for kubelet to unmount it", on.Node)
-	}
 	if d.Policy.NeverForce {
-		d.Action, d.Reason = ActionWait, mounted+"; force detach on timeout is off"+policyOf(d.PolicyDriver)
+		d.Action, d.Code = ActionWait, ReasonMountedNeverForced
 		return d
 	}
-	readiness := "Ready"
-	if !node.Ready {
-		readiness = "NotReady"
-	}
 	if d.WaitStarted.IsZero() {
-		d.Action = ActionWait
-		d.Reason = fmt.Sprintf("%s; %s is %s; force detach %s after the wait began if it is not Ready then%s (when the wait began is known only to the leader: --from-leader)",
-			mounted, on.Node, readiness, d.Policy, policyOf(d.PolicyDriver))
+		d.Action, d.Code = ActionWait, ReasonMountedSinceUnknown
 		return d
 	}
 	d.ForceAt = d.WaitStarted.Add(d.Policy.MaxWait)
 	if now.Before(d.ForceAt) {
-		d.Action = ActionWait
-		d.Reason = fmt.Sprintf("%s; %s is %s; force detach at %s if it is not Ready then, in %s%s", mounted, on.Node, readiness,
-			d.ForceAt.Format(time.TimeOnly), d.ForceAt.Sub(now).Round(time.Second), policyOf(d.PolicyDriver))
+		d.Action, d.Code = ActionWait, ReasonMounted
 		return d
 	}
 	if node.Ready {
-		d.Action = ActionWait
-		d.Reason = fmt.Sprintf("%s; the %s wait%s is over but %s is Ready, so it is not force-detached", mounted, d.Policy, policyOf(d.PolicyDriver), on.Node)
+		d.Action, d.Code = ActionWait, ReasonMountedOnReadyNode
 		return d
 	}
-	d.Force = operationexecutor.ForceUnmountTimeout
-	d.Reason = fmt.Sprintf("%s; the %s wait%s is over and %s is NotReady: force-detached", mounted, d.Policy, policyOf(d.PolicyDriver), on.Node)
+	d.Force, d.Code = operationexecutor.ForceUnmountTimeout, ReasonMountedTimedOut
 	return d
-}
-
-func policyOf(driver string) string {
-	if driver == "" {
-		return ""
-	}
-	return " (policy of " + driver + ")"
 }
 
 // decideAttach applies the attach rules to a node whose pods need the volume; on
 // is what exists of the volume there, if anything, and own names the object the
 // controller attaches it with (cache.Volume.AttachmentOn): the one kubelet waits
 // for, whatever copies of it other tools made. Whether another node holds a
-// single-attach volume is the executor's to check, under the volume's lock.
+// single-attach volume is for decide to add, and for the executor to check again
+// under the volume's lock.
 func decideAttach(on *cache.OnNode, own string, node cache.Node) Decision {
-	d := Decision{Node: node.Name, Action: ActionAttach, Reason: "to be attached"}
+	d := Decision{Node: node.Name, Action: ActionAttach, Code: ReasonToAttach, NodeReady: node.Ready}
 	var mine *cache.Attachment
 	if on != nil {
 		if i := slices.IndexFunc(on.Objects, func(a cache.Attachment) bool { return a.VolumeAttachment == own }); i >= 0 {
@@ -265,17 +255,17 @@ func decideAttach(on *cache.OnNode, own string, node cache.Node) Decision {
 	}
 	switch {
 	case mine != nil && (mine.Deleting || mine.DeleteUnsettled):
-		d.Action, d.Reason = ActionWait, "its previous VolumeAttachment on this node is being deleted: waiting for the CSI external-attacher to detach it first"
+		d.Action, d.Code = ActionWait, ReasonPreviousDetaching
 	case mine != nil && mine.Attached:
-		d.Action, d.Reason = ActionNone, "attached"
+		d.Action, d.Code = ActionNone, ReasonAttached
 	case !node.Exists():
-		d.Action, d.Reason = ActionWait, fmt.Sprintf("node %s does not exist", node.Name)
+		d.Action, d.Code = ActionWait, ReasonNodeMissing
 	case !node.Managed:
-		d.Action, d.Reason = ActionWait, fmt.Sprintf("node %s is not managed by the attach/detach controller (no %s=true annotation): kubelet attaches there itself", node.Name, cache.ManagedAnnotation)
+		d.Action, d.Code = ActionWait, ReasonKubeletAttaches
 	case mine != nil && mine.AttachError != "":
-		d.Reason = "attaching; the CSI driver reported: " + mine.AttachError
+		d.Code, d.DriverError = ReasonAttachFailing, mine.AttachError
 	case mine != nil:
-		d.Reason = "attaching: waiting for the CSI external-attacher"
+		d.Code = ReasonAttaching
 	}
 	return d
 }

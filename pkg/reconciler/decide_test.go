@@ -117,8 +117,8 @@ func TestDecisionReasons(t *testing.T) {
 				}
 				return start
 			})
-			if d.Action != tc.wantAction || d.Force != tc.wantForce || d.Reason != tc.wantReason {
-				t.Errorf("decision = %s %q %q\nwant       %s %q %q", d.Action, d.Force, d.Reason, tc.wantAction, tc.wantForce, tc.wantReason)
+			if d.Action != tc.wantAction || d.Force != tc.wantForce || d.Reason() != tc.wantReason {
+				t.Errorf("decision = %s %q %q\nwant       %s %q %q", d.Action, d.Force, d.Reason(), tc.wantAction, tc.wantForce, tc.wantReason)
 			}
 		})
 	}
@@ -148,8 +148,8 @@ func TestAttachDecisionReasons(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decideAttach(tc.on, "va-b", tc.node)
-			if d.Action != tc.wantAction || !strings.HasPrefix(d.Reason, tc.wantReason) {
-				t.Errorf("decision = %s %q, want %s %q", d.Action, d.Reason, tc.wantAction, tc.wantReason)
+			if d.Action != tc.wantAction || !strings.HasPrefix(d.Reason(), tc.wantReason) {
+				t.Errorf("decision = %s %q, want %s %q", d.Action, d.Reason(), tc.wantAction, tc.wantReason)
 			}
 		})
 	}
@@ -297,8 +297,8 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 			if i < 0 {
 				t.Fatalf("no decision for node-b in %+v", ds)
 			}
-			if d := ds[i]; d.Action != tc.wantAction || !slices.Equal(d.HeldBy, tc.wantHeldBy) || d.Reason != tc.wantReason {
-				t.Errorf("node-b: %s held by %q: %q\nwant    %s held by %q: %q", d.Action, d.HeldBy, d.Reason, tc.wantAction, tc.wantHeldBy, tc.wantReason)
+			if d := ds[i]; d.Action != tc.wantAction || !slices.Equal(d.HeldBy, tc.wantHeldBy) || d.Reason() != tc.wantReason {
+				t.Errorf("node-b: %s held by %q: %q\nwant    %s held by %q: %q", d.Action, d.HeldBy, d.Reason(), tc.wantAction, tc.wantHeldBy, tc.wantReason)
 			}
 		})
 	}

@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"time"
 
@@ -99,14 +98,7 @@ func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(vo
 	r.run(ctx, workers, func(_ context.Context, name volumename.UniqueName) time.Duration {
 		decisions := r.decisions(name, waitsKept)
 		observe(name, decisions)
-		var next requeue
-		now := r.cfg.Now()
-		for _, d := range decisions {
-			if now.Before(d.ForceAt) {
-				next.at(d.ForceAt.Sub(now))
-			}
-		}
-		return next.after
+		return forceDue(decisions).after
 	})
 }
 
@@ -133,18 +125,32 @@ func (r *Reconciler) work(ctx context.Context, sync func(context.Context, volume
 }
 
 // Sync reconciles one volume across all nodes and returns when it should be looked
-// at again (0: when something changes).
+// at again (0: when something changes). It acts on the decisions Explain reads:
+// the detaches first, then the attaches.
 func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.Duration {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "volume", name)
 	ctx = klog.NewContext(ctx, logger)
 	desired, _ := r.cfg.Desired.Volume(name)
 	attachments := r.cfg.Actual.Volume(name)
-	var next requeue
-	r.detach(ctx, desired, attachments, &next)
-	if len(desired.Nodes) > 0 {
-		r.attach(ctx, desired, attachments, &next)
+	decisions := r.decide(desired, attachments, waitsKept)
+	next := forceDue(decisions)
+	slices.SortStableFunc(decisions, func(a, b Decision) int { return cmpBool(a.Wanted, b.Wanted) })
+	for _, d := range decisions {
+		if !r.act(ctx, desired, attachmentOn(attachments, d.Node), d, &next) {
+			break
+		}
 	}
 	return next.after
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // requeue keeps the earliest time the volume must be looked at again.
@@ -156,60 +162,56 @@ func (q *requeue) at(d time.Duration) {
 	}
 }
 
-func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.OnNode, next *requeue) {
-	logger := klog.FromContext(ctx)
-	now := r.cfg.Now()
-	for _, on := range attachments {
-		if _, wanted := desired.Nodes[on.Node]; wanted {
-			r.cfg.Actual.EndUnmountWait(on.Volume, on.Node)
-			continue
-		}
-		d := r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
-			return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
-		})
-		switch d.Action {
-		case ActionWait:
-			logger.V(4).Info("Not detaching yet", "node", on.Node, "reason", d.Reason)
-			if !d.ForceAt.IsZero() && now.Before(d.ForceAt) {
-				next.at(d.ForceAt.Sub(now))
-			}
-		case ActionDetach:
-			if d.Force != operationexecutor.NotForced {
-				logger.Info("Detaching a volume the node may still have mounted", "node", on.Node, "force", d.Force,
-					"reason", d.Reason, "maxWaitForUnmount", d.Policy, "policyOf", cmp.Or(d.PolicyDriver, "default"))
-			}
-			r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, on, d.Force), on.Node, next)
+// forceDue returns when the first wait for unmount among the decisions ends.
+func forceDue(decisions []Decision) requeue {
+	var next requeue
+	for _, d := range decisions {
+		if d.At.Before(d.ForceAt) {
+			next.at(d.ForceAt.Sub(d.At))
 		}
 	}
+	return next
 }
 
-func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, attachments []cache.OnNode, next *requeue) {
-	spec := desired.Spec
-	for _, nodeName := range slices.Sorted(maps.Keys(desired.Nodes)) {
-		pods := desired.Nodes[nodeName]
-		var on *cache.OnNode
-		if i := slices.IndexFunc(attachments, func(a cache.OnNode) bool { return a.Node == nodeName }); i >= 0 {
-			on = &attachments[i]
+// act carries out one decision about the volume on the node, where on is what
+// exists of the volume, if anything. It returns false once an attach of a
+// single-attach volume has started: no other node may start one beside it.
+func (r *Reconciler) act(ctx context.Context, desired cache.DesiredVolume, on *cache.OnNode, d Decision, next *requeue) bool {
+	logger := klog.FromContext(ctx)
+	switch {
+	case !d.Wanted && d.Action == ActionWait:
+		logger.V(4).Info("Not detaching yet", "node", d.Node, "reason", d.Reason())
+	case !d.Wanted && d.Action == ActionDetach:
+		if d.Force != operationexecutor.NotForced {
+			logger.Info("Detaching a volume the node may still have mounted", "node", d.Node, "force", d.Force,
+				"reason", d.Reason(), "maxWaitForUnmount", d.Policy, "policyOf", cmp.Or(d.PolicyDriver, "default"))
 		}
-		switch d := decideAttach(on, spec.AttachmentOn(nodeName), r.cfg.Nodes.Get(nodeName)); {
-		case d.Action == ActionNone:
-			r.cfg.Desired.ResetMultiAttachReported(spec.Name, nodeName)
-			r.cfg.Executor.AttachObserved(spec, nodeName, pods)
-			r.reportAgain(*on)
-			continue
-		case d.Action != ActionAttach:
-			continue
-		}
-		err := r.cfg.Executor.Attach(ctx, spec, nodeName, pods)
-		var held *operationexecutor.HeldError
-		if errors.As(err, &held) {
-			r.reportWaitingForDetach(ctx, desired, nodeName, held.Nodes)
-			continue
-		}
-		if r.handleStartError(ctx, err, nodeName, next) && !spec.MultiAttach {
-			return
-		}
+		r.handleStartError(ctx, r.cfg.Executor.Detach(ctx, *on, d.Force), d.Node, next)
+	case d.Wanted && d.Action == ActionNone:
+		r.cfg.Desired.ResetMultiAttachReported(desired.Spec.Name, d.Node)
+		r.cfg.Executor.AttachObserved(desired.Spec, d.Node, desired.Nodes[d.Node])
+		r.reportAgain(*on)
+	case d.Wanted && d.Code == ReasonHeld:
+		r.reportWaitingForDetach(ctx, desired, d.Node, d.HeldBy)
+	case d.Wanted && d.Action == ActionWait:
+		logger.V(4).Info("Not attaching yet", "node", d.Node, "reason", d.Reason())
+	case d.Wanted && d.Action == ActionAttach:
+		return !r.attach(ctx, desired, d.Node, next) || desired.Spec.MultiAttach
 	}
+	return true
+}
+
+// attach starts attaching the volume to the node and reports whether it started.
+// The executor checks again, under the volume's lock, that no other node holds a
+// single-attach volume.
+func (r *Reconciler) attach(ctx context.Context, desired cache.DesiredVolume, node string, next *requeue) bool {
+	err := r.cfg.Executor.Attach(ctx, desired.Spec, node, desired.Nodes[node])
+	var held *operationexecutor.HeldError
+	if errors.As(err, &held) {
+		r.reportWaitingForDetach(ctx, desired, node, held.Nodes)
+		return false
+	}
+	return r.handleStartError(ctx, err, node, next)
 }
 
 // reportAgain lists a wanted, attached volume in node status again if it was

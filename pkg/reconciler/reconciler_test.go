@@ -796,14 +796,17 @@ func TestSyncRules(t *testing.T) {
 			wantCalls: []call{attachOn("node-a")},
 		},
 		{
-			name: "detach first: attached on A, desired on B: detach A, no attach on B",
+			// B's pod learns why it waits even while A's detach runs, as the
+			// decision Explain reads says.
+			name: "detach first: attached on A, desired on B: detach A, no attach on B, B's pod told it waits",
 			setup: func(h *harness) {
 				h.node("node-a")
 				h.node("node-b")
 				h.pod("ns", "db-b", "node-b", rwo)
 				h.attachment(rwo, "node-a", true)
 			},
-			wantCalls: []call{detachOn("node-a")},
+			wantCalls:  []call{detachOn("node-a")},
+			wantEvents: []string{noHolder},
 		},
 		{
 			name: "unresolved VolumeAttachment holding the PV on A blocks attach on B",

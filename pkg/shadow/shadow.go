@@ -125,7 +125,7 @@ func (c *Comparer) Observe(volume volumename.UniqueName, decisions []reconciler.
 		}
 		c.settleEarly(k)
 		c.pending[k] = &pending{decision: d, expected: expected, since: now}
-		c.logger.V(4).Info("Shadow decision", "volume", volume, "node", d.Node, "expected", expected, "reason", d.Reason)
+		c.logger.V(4).Info("Shadow decision", "volume", volume, "node", d.Node, "expected", expected, "reason", d.Reason())
 	}
 	for k := range c.pending {
 		if k.volume == volume && !seen[k.node] {
@@ -196,7 +196,7 @@ func (c *Comparer) compareDue() []disagreement {
 		agreed := listed == listedWhen(p.expected)
 		c.result(p.expected, agreed)
 		if !agreed {
-			out = append(out, disagreement{key: k, expected: p.expected, listed: listed, decidedFor: now.Sub(p.since), reason: p.decision.Reason})
+			out = append(out, disagreement{key: k, expected: p.expected, listed: listed, decidedFor: now.Sub(p.since), reason: p.decision.Reason()})
 		}
 	}
 	return out

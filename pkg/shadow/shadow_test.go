@@ -117,7 +117,7 @@ func TestDisagreementLogLine(t *testing.T) {
 		c, _, now := newComparer(t, listed)
 		var lines []string
 		c.logger = funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
-		c.Observe(vol, []reconciler.Decision{{Node: "node-a", Wanted: true, Action: reconciler.ActionAttach, Reason: "the pod needs it"}})
+		c.Observe(vol, []reconciler.Decision{{Node: "node-a", Wanted: true, Action: reconciler.ActionAttach, Code: reconciler.ReasonToAttach}})
 		*now = now.Add(grace)
 		c.CompareDue()
 		if listed {
@@ -126,7 +126,7 @@ func TestDisagreementLogLine(t *testing.T) {
 			}
 			continue
 		}
-		want := `"reason"="the pod needs it" "explain"="explained ` + string(vol) + `"`
+		want := `"reason"="to be attached" "explain"="explained ` + string(vol) + `"`
 		if len(lines) != 1 || !strings.Contains(lines[0], `"msg"="Shadow disagreement`) || !strings.Contains(lines[0], want) {
 			t.Errorf("logged %q, want one disagreement with %s", lines, want)
 		}
