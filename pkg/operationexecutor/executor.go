@@ -81,18 +81,6 @@ type Config struct {
 	Done func(volumename.UniqueName)
 }
 
-// ForceReason says why a detach may go ahead while the node may still have the
-// volume mounted (see cache.ForceRule).
-type ForceReason = cache.ForceRule
-
-// The force rules, as the reconciler names them.
-const (
-	NotForced           = cache.NotForced
-	ForceOutOfService   = cache.ForcedOutOfService
-	ForceUnmountTimeout = cache.ForcedOnTimeout
-	ForceShutdown       = cache.ForcedOnShutdown
-)
-
 // HeldError means a single-attach volume cannot be attached because other nodes
 // hold it.
 type HeldError struct {
@@ -536,7 +524,7 @@ func (e *Executor) settleUnseen(ctx context.Context, name string) {
 // the API server is asked, the detach is called off if the node reports the volume
 // in use once it no longer lists it as attached. It returns ErrPending or a
 // *BackoffError when the operation cannot start now.
-func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReason) error {
+func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) error {
 	key := lockFor(on.Volume, on.Node, on.MultiAttach())
 	if err := e.begin(ctx, key, on.Node, detachKind); err != nil {
 		return err
@@ -561,8 +549,8 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	return nil
 }
 
-func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReason) (err error) {
-	if force == ForceUnmountTimeout && volumename.ReportOnly(on.Volume) {
+func (e *Executor) detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) (err error) {
+	if force == cache.ForcedOnTimeout && volumename.ReportOnly(on.Volume) {
 		// An iSCSI or FC volume is detached by the status write that takes it
 		// out, which may be the next one: the node's pods are read before.
 		if err := e.checkPods(ctx, on); err != nil {
@@ -586,7 +574,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	}
 	if forced {
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
-		e.cfg.Metrics.ObserveForcedDetach(string(force))
+		e.cfg.Metrics.ObserveForcedDetach(force)
 	}
 	if e.cfg.Wanted(on.Volume, on.Node) {
 		return ErrWanted
@@ -640,7 +628,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 // and whether only the force rule lets it: kubelet reports a volume in use before
 // it mounts it, and mounts only a volume node status lists as attached, so that
 // node is the last word.
-func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceReason, node *v1.Node) (forced bool, err error) {
+func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force cache.ForceRule, node *v1.Node) (forced bool, err error) {
 	switch {
 	case node == nil:
 		// The node is gone from the API server: its last report is all there is,
@@ -662,7 +650,7 @@ func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceRe
 	case !force.Holds(node):
 		return false, ErrInUse
 	}
-	if force == ForceUnmountTimeout && !volumename.ReportOnly(on.Volume) {
+	if force == cache.ForcedOnTimeout && !volumename.ReportOnly(on.Volume) {
 		if err := e.checkPods(ctx, on); err != nil {
 			return false, err
 		}
@@ -688,7 +676,7 @@ func (e *Executor) checkPods(ctx context.Context, on cache.OnNode) error {
 // VolumeAttachment, and tells whether the force rule still lets the volume go:
 // the taint may have been removed, or the node come back, since the detach
 // began, and it deletes the objects of the pair one after the other.
-func (e *Executor) stillForced(ctx context.Context, on cache.OnNode, force ForceReason) error {
+func (e *Executor) stillForced(ctx context.Context, on cache.OnNode, force cache.ForceRule) error {
 	node, err := e.cfg.Client.CoreV1().Nodes().Get(ctx, on.Node, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

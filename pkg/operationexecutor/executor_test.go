@@ -570,7 +570,7 @@ func TestOperationsExclusion(t *testing.T) {
 		t.Errorf("second attach of a single-attach volume = %v, want ErrPending", err)
 	}
 	on := cache.OnNode{Volume: testPV.Name, Node: "node-2", Objects: []cache.Attachment{{Volume: testPV.Name, Node: "node-2", VolumeAttachment: "other"}}}
-	if err := h.exec.Detach(t.Context(), on, NotForced); !errors.Is(err, ErrPending) {
+	if err := h.exec.Detach(t.Context(), on, cache.NotForced); !errors.Is(err, ErrPending) {
 		t.Errorf("detach of a single-attach volume during an attach = %v, want ErrPending", err)
 	}
 	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.IsRunning(testPV.Name, testNode) || !h.anyRunning(testPV.Name) {
@@ -612,7 +612,7 @@ func newDetachHarness(t *testing.T, timeout time.Duration) (*execHarness, cache.
 
 func TestDetachSuccess(t *testing.T) {
 	h, att := newDetachHarness(t, time.Minute)
-	if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
+	if err := h.exec.Detach(t.Context(), att, cache.NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitWaiting(t, testVAName)
@@ -739,7 +739,7 @@ func TestDetachOutcome(t *testing.T) {
 			h, att := newDetachHarness(t, tc.timeout)
 			h.status.err = tc.confirmErr
 			h.deleteErr = tc.deleteErr
-			if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), att, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.observe != nil {
@@ -782,7 +782,7 @@ func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
 	if err := h.vas.Delete(attachedObject()); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
+	if err := h.exec.Detach(t.Context(), att, cache.NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitDone(t)
@@ -798,11 +798,11 @@ func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
 func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		force   ForceReason
+		force   cache.ForceRule
 		deletes int
 	}{
-		{name: "not forced", force: NotForced, deletes: 0},
-		{name: "forced", force: ForceOutOfService, deletes: 1},
+		{name: "not forced", force: cache.NotForced, deletes: 0},
+		{name: "forced", force: cache.ForcedOutOfService, deletes: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, att := newDetachHarness(t, time.Minute)
@@ -814,7 +814,7 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 			if err := h.exec.Detach(t.Context(), att, tc.force); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
-			if tc.force != NotForced {
+			if tc.force != cache.NotForced {
 				h.waitWaiting(t, testVAName)
 				h.exec.ObserveVolumeAttachment(testVAName, nil)
 			}
@@ -825,7 +825,7 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 			if deletes != tc.deletes {
 				t.Fatalf("%d deletes, want %d", deletes, tc.deletes)
 			}
-			if tc.force == NotForced {
+			if tc.force == cache.NotForced {
 				if got, _ := h.actual.Get(testPV.Name, testNode); !got.Reported() {
 					t.Errorf("attachment after the called-off detach = %+v, want reported again", got)
 				}

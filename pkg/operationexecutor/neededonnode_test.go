@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -22,7 +23,7 @@ func TestForcedDetachCalledOffWhenThePodsOfTheNodeCannotBeRead(t *testing.T) {
 	h.exec.cfg.NeededOnNode = func(context.Context, volumename.UniqueName, string) (bool, error) {
 		return false, errors.New("the API server did not answer")
 	}
-	err := h.exec.detach(t.Context(), on, ForceUnmountTimeout)
+	err := h.exec.detach(t.Context(), on, cache.ForcedOnTimeout)
 	if err == nil || !strings.Contains(err.Error(), "reading the pods of node "+testNode) {
 		t.Errorf("detach = %v, want the failed read of the node's pods", err)
 	}

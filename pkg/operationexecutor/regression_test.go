@@ -385,7 +385,7 @@ func TestDetachDeleteOfUnknownOutcomeIsSettledByReadingBack(t *testing.T) {
 					return true, nil, internal
 				})
 			}
-			if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.wantSettled {
@@ -473,7 +473,7 @@ func TestDetachNotFoundForgetsAnUnseenObject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newExecHarness(t, time.Minute)
 			tc.setup(t, h)
-			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if !tc.wantForget {
@@ -558,38 +558,38 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 		informer *v1.Node
 		// neededOnNode: a read of the node's pods finds one that needs the volume.
 		neededOnNode bool
-		force        ForceReason
+		force        cache.ForceRule
 		wantErr      error
 		wantForce    string
 	}{
-		{name: "in use, not forced", node: inUseNode(true, false), force: NotForced, wantErr: ErrInUse},
-		{name: "in use on a NotReady node, not forced", node: inUseNode(false, true), force: NotForced, wantErr: ErrInUse},
-		{name: "in use, out-of-service, the node carries the taint", node: inUseNode(false, true), force: ForceOutOfService, wantForce: "out-of-service"},
-		{name: "in use, out-of-service, the node carries the taint and is Ready", node: inUseNode(true, true), force: ForceOutOfService, wantForce: "out-of-service"},
-		{name: "stale node: out-of-service, the taint is gone", node: inUseNode(false, false), force: ForceOutOfService, wantErr: ErrInUse},
-		{name: "in use, timeout, the node is NotReady", node: inUseNode(false, false), force: ForceUnmountTimeout, wantForce: "timeout"},
-		{name: "in use, timeout, the node has no Ready condition", node: noReadyCondition, force: ForceUnmountTimeout, wantForce: "timeout"},
-		{name: "stale node: timeout, the node is Ready again", node: inUseNode(true, false), force: ForceUnmountTimeout, wantErr: ErrInUse},
-		{name: "stale node: timeout, Ready again though tainted", node: inUseNode(true, true), force: ForceUnmountTimeout, wantErr: ErrInUse},
-		{name: "in use, shutdown, the node carries the taint and is NotReady", node: shutdownTainted(false), force: ForceShutdown, wantForce: "shutdown"},
-		{name: "stale node: shutdown, the node is Ready again", node: shutdownTainted(true), force: ForceShutdown, wantErr: ErrInUse},
-		{name: "stale node: shutdown, the taint is gone", node: inUseNode(false, false), force: ForceShutdown, wantErr: ErrInUse},
-		{name: "not in use, not forced", node: notInUse, force: NotForced},
-		{name: "not in use, forced: no force counted", node: notInUse, force: ForceOutOfService},
-		{name: "node gone, its deletion not seen yet", node: nil, force: NotForced, wantErr: ErrInUse},
-		{name: "node gone, its last report listed the volume in use", node: nil, deleted: inUseNode(true, false), force: NotForced, wantErr: ErrInUse},
-		{name: "node gone, its last report did not list the volume", node: nil, deleted: notInUse, force: NotForced},
-		{name: "node gone, its last report was not seen", node: nil, deleted: &v1.Node{}, force: NotForced, wantErr: ErrInUse},
-		{name: "node gone, timeout", node: nil, force: ForceUnmountTimeout, wantForce: "timeout"},
-		{name: "node gone, timeout, but a pod the informer has not shown needs the volume", node: nil, neededOnNode: true, force: ForceUnmountTimeout, wantErr: ErrWanted},
-		{name: "node gone, out-of-service, its deletion not seen yet", node: nil, informer: inUseNode(false, true), force: ForceOutOfService, wantErr: ErrInUse},
-		{name: "node gone, out-of-service, its final state carried the taint", node: nil, deleted: inUseNode(false, true), force: ForceOutOfService, wantForce: "out-of-service"},
-		{name: "node gone, out-of-service, its final state no longer carried the taint", node: nil, deleted: inUseNode(false, false), force: ForceOutOfService, wantErr: ErrInUse},
-		{name: "node gone, out-of-service, its final state not seen", node: nil, informer: inUseNode(false, true), deleted: &v1.Node{}, force: ForceOutOfService, wantErr: ErrInUse},
-		{name: "node gone, shutdown, its final state tainted and NotReady", node: nil, deleted: shutdownTainted(false), force: ForceShutdown, wantForce: "shutdown"},
-		{name: "node gone, shutdown, its final state tainted but Ready again", node: nil, deleted: shutdownTainted(true), force: ForceShutdown, wantErr: ErrInUse},
-		{name: "node gone, shutdown, its final state not seen", node: nil, informer: shutdownTainted(false), deleted: &v1.Node{}, force: ForceShutdown, wantErr: ErrInUse},
-		{name: "timeout, but a pod the informer has not shown needs the volume", node: inUseNode(false, false), neededOnNode: true, force: ForceUnmountTimeout, wantErr: ErrWanted},
+		{name: "in use, not forced", node: inUseNode(true, false), force: cache.NotForced, wantErr: ErrInUse},
+		{name: "in use on a NotReady node, not forced", node: inUseNode(false, true), force: cache.NotForced, wantErr: ErrInUse},
+		{name: "in use, out-of-service, the node carries the taint", node: inUseNode(false, true), force: cache.ForcedOutOfService, wantForce: "out-of-service"},
+		{name: "in use, out-of-service, the node carries the taint and is Ready", node: inUseNode(true, true), force: cache.ForcedOutOfService, wantForce: "out-of-service"},
+		{name: "stale node: out-of-service, the taint is gone", node: inUseNode(false, false), force: cache.ForcedOutOfService, wantErr: ErrInUse},
+		{name: "in use, timeout, the node is NotReady", node: inUseNode(false, false), force: cache.ForcedOnTimeout, wantForce: "timeout"},
+		{name: "in use, timeout, the node has no Ready condition", node: noReadyCondition, force: cache.ForcedOnTimeout, wantForce: "timeout"},
+		{name: "stale node: timeout, the node is Ready again", node: inUseNode(true, false), force: cache.ForcedOnTimeout, wantErr: ErrInUse},
+		{name: "stale node: timeout, Ready again though tainted", node: inUseNode(true, true), force: cache.ForcedOnTimeout, wantErr: ErrInUse},
+		{name: "in use, shutdown, the node carries the taint and is NotReady", node: shutdownTainted(false), force: cache.ForcedOnShutdown, wantForce: "shutdown"},
+		{name: "stale node: shutdown, the node is Ready again", node: shutdownTainted(true), force: cache.ForcedOnShutdown, wantErr: ErrInUse},
+		{name: "stale node: shutdown, the taint is gone", node: inUseNode(false, false), force: cache.ForcedOnShutdown, wantErr: ErrInUse},
+		{name: "not in use, not forced", node: notInUse, force: cache.NotForced},
+		{name: "not in use, forced: no force counted", node: notInUse, force: cache.ForcedOutOfService},
+		{name: "node gone, its deletion not seen yet", node: nil, force: cache.NotForced, wantErr: ErrInUse},
+		{name: "node gone, its last report listed the volume in use", node: nil, deleted: inUseNode(true, false), force: cache.NotForced, wantErr: ErrInUse},
+		{name: "node gone, its last report did not list the volume", node: nil, deleted: notInUse, force: cache.NotForced},
+		{name: "node gone, its last report was not seen", node: nil, deleted: &v1.Node{}, force: cache.NotForced, wantErr: ErrInUse},
+		{name: "node gone, timeout", node: nil, force: cache.ForcedOnTimeout, wantForce: "timeout"},
+		{name: "node gone, timeout, but a pod the informer has not shown needs the volume", node: nil, neededOnNode: true, force: cache.ForcedOnTimeout, wantErr: ErrWanted},
+		{name: "node gone, out-of-service, its deletion not seen yet", node: nil, informer: inUseNode(false, true), force: cache.ForcedOutOfService, wantErr: ErrInUse},
+		{name: "node gone, out-of-service, its final state carried the taint", node: nil, deleted: inUseNode(false, true), force: cache.ForcedOutOfService, wantForce: "out-of-service"},
+		{name: "node gone, out-of-service, its final state no longer carried the taint", node: nil, deleted: inUseNode(false, false), force: cache.ForcedOutOfService, wantErr: ErrInUse},
+		{name: "node gone, out-of-service, its final state not seen", node: nil, informer: inUseNode(false, true), deleted: &v1.Node{}, force: cache.ForcedOutOfService, wantErr: ErrInUse},
+		{name: "node gone, shutdown, its final state tainted and NotReady", node: nil, deleted: shutdownTainted(false), force: cache.ForcedOnShutdown, wantForce: "shutdown"},
+		{name: "node gone, shutdown, its final state tainted but Ready again", node: nil, deleted: shutdownTainted(true), force: cache.ForcedOnShutdown, wantErr: ErrInUse},
+		{name: "node gone, shutdown, its final state not seen", node: nil, informer: shutdownTainted(false), deleted: &v1.Node{}, force: cache.ForcedOnShutdown, wantErr: ErrInUse},
+		{name: "timeout, but a pod the informer has not shown needs the volume", node: inUseNode(false, false), neededOnNode: true, force: cache.ForcedOnTimeout, wantErr: ErrWanted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -646,7 +646,7 @@ func TestDetachDecidesOnTheConfirmedNodeNotTheInformers(t *testing.T) {
 func TestDetachCalledOffWhenAPodWantsTheVolumeAgain(t *testing.T) {
 	h, on := newDetachHarness(t, time.Minute)
 	h.wanted = true
-	if err := h.exec.detach(t.Context(), on, NotForced); !errors.Is(err, ErrWanted) {
+	if err := h.exec.detach(t.Context(), on, cache.NotForced); !errors.Is(err, ErrWanted) {
 		t.Fatalf("detach = %v, want ErrWanted", err)
 	}
 	h.mu.Lock()
@@ -690,7 +690,7 @@ func TestDetachDeletesEveryObjectOfThePair(t *testing.T) {
 			if len(on.Objects) != 2 {
 				t.Fatalf("objects on the node = %+v, want 2", on.Objects)
 			}
-			if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.extraDeleting {
@@ -742,7 +742,7 @@ func TestAttachAndDetachDoNotShareOneBackoff(t *testing.T) {
 		if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); !errors.As(err, &backoff) {
 			t.Fatalf("Attach right after a failed attach = %v, want a BackoffError", err)
 		}
-		if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), NotForced); err != nil {
+		if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), cache.NotForced); err != nil {
 			t.Fatalf("Detach right after a failed attach = %v, want it started at once", err)
 		}
 		h.waitDone(t)
@@ -753,12 +753,12 @@ func TestAttachAndDetachDoNotShareOneBackoff(t *testing.T) {
 	t.Run("failed detach, then attach", func(t *testing.T) {
 		h, on := newDetachHarness(t, time.Minute)
 		h.status.err = errors.New("node status patch refused")
-		if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+		if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 			t.Fatalf("Detach: %v", err)
 		}
 		h.waitDone(t)
 		var backoff *BackoffError
-		if err := h.exec.Detach(t.Context(), on, NotForced); !errors.As(err, &backoff) {
+		if err := h.exec.Detach(t.Context(), on, cache.NotForced); !errors.As(err, &backoff) {
 			t.Fatalf("Detach right after a failed detach = %v, want a BackoffError", err)
 		}
 		if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
@@ -806,7 +806,7 @@ func TestAttachObservedReportsOnlyAFailedAttach(t *testing.T) {
 			fail: func(t *testing.T) *execHarness {
 				h, on := newDetachHarness(t, time.Minute)
 				h.status.err = errors.New("node status patch refused")
-				if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+				if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 					t.Fatal(err)
 				}
 				h.waitDone(t)
@@ -850,11 +850,11 @@ func TestRWXDetachesOfTwoNodesRunAtOnce(t *testing.T) {
 			for i, node := range []string{testNode, otherNode} {
 				h.addAttached(t, vaName(node), node, types.UID(fmt.Sprint("uid-", i)), tc.multiAttach)
 			}
-			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), cache.NotForced); err != nil {
 				t.Fatalf("first Detach: %v", err)
 			}
 			h.waitWaiting(t, vaName(testNode))
-			err := h.exec.Detach(t.Context(), h.onNode(t, otherNode), NotForced)
+			err := h.exec.Detach(t.Context(), h.onNode(t, otherNode), cache.NotForced)
 			if !errors.Is(err, tc.wantSecond) || (tc.wantSecond == nil && err != nil) {
 				t.Fatalf("Detach from %s while %s detaches = %v, want %v", otherNode, testNode, err, tc.wantSecond)
 			}
@@ -1060,15 +1060,15 @@ func TestDetachNeverDeletesWhileTheConfirmedNodeListsTheVolume(t *testing.T) {
 	listed := v1.AttachedVolume{Name: v1.UniqueVolumeName(testPV.Name)}
 	tests := []struct {
 		name  string
-		force ForceReason
+		force cache.ForceRule
 		node  func() *v1.Node
 	}{
-		{name: "not in use, not forced", force: NotForced, node: func() *v1.Node {
+		{name: "not in use, not forced", force: cache.NotForced, node: func() *v1.Node {
 			n := inUseNode(true, false)
 			n.Status.VolumesInUse = nil
 			return n
 		}},
-		{name: "in use on a node out of service, forced", force: ForceOutOfService, node: func() *v1.Node { return inUseNode(false, true) }},
+		{name: "in use on a node out of service, forced", force: cache.ForcedOutOfService, node: func() *v1.Node { return inUseNode(false, true) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

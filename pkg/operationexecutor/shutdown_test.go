@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestNoOperationStartsOnceShutdownBegan: the controller stops (its context
@@ -43,7 +45,7 @@ func TestNoOperationStartsOnceShutdownBegan(t *testing.T) {
 	t.Run("detach", func(t *testing.T) {
 		h, on := newDetachHarness(t, time.Minute)
 		ctx := shutdown(t, h)
-		if err := h.exec.Detach(ctx, on, NotForced); err == nil {
+		if err := h.exec.Detach(ctx, on, cache.NotForced); err == nil {
 			t.Error("Detach after shutdown started an operation")
 			h.waitDone(t)
 		}
@@ -87,7 +89,7 @@ func TestEitherSignOfTheStopRefusesAnOperation(t *testing.T) {
 				if op == "attach" {
 					err = h.exec.Attach(ctx, testRWX, otherNode, testPods)
 				} else {
-					err = h.exec.Detach(ctx, on, NotForced)
+					err = h.exec.Detach(ctx, on, cache.NotForced)
 				}
 				if !errors.Is(err, ErrStopped) {
 					t.Errorf("%s = %v, want ErrStopped", op, err)

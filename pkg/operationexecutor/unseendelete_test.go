@@ -6,6 +6,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestADeletedObjectTheInformerNeverShowedIsForgottenOnceGone: the controller's
@@ -38,7 +40,7 @@ func TestADeletedObjectTheInformerNeverShowedIsForgottenOnceGone(t *testing.T) {
 				h.deleteErr, h.deleteApplies, h.getErr = lost, true, lost
 			}
 			on, _ := h.actual.Get(testPV.Name, testNode)
-			if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			h.waitDone(t)

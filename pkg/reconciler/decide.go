@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -80,7 +79,7 @@ type Decision struct {
 	Action Action
 	// Force names the rule that lets a detach go ahead while the node may still
 	// have the volume mounted.
-	Force operationexecutor.ForceReason
+	Force cache.ForceRule
 	// Reason says why, in plain words.
 	Reason string
 	// WaitStarted is when the wait for unmount began; ForceAt is when a force
@@ -201,10 +200,10 @@ func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Tim
 		d.Reason = fmt.Sprintf("no pod on %s needs it and kubelet does not report it in use", on.Node)
 		return d
 	case node.OutOfService:
-		d.Force, d.Reason = operationexecutor.ForceOutOfService, fmt.Sprintf("node %s has the %s taint: detached although it may still be mounted", on.Node, cache.OutOfServiceTaint)
+		d.Force, d.Reason = cache.ForcedOutOfService, fmt.Sprintf("node %s has the %s taint: detached although it may still be mounted", on.Node, cache.OutOfServiceTaint)
 		return d
 	case r.cfg.DetachOnShutdownTaint && node.Shutdown && !node.Ready:
-		d.Force, d.Reason = operationexecutor.ForceShutdown, fmt.Sprintf("node %s has the %s taint and is not Ready: detached although it may still be mounted", on.Node, cache.ShutdownTaint)
+		d.Force, d.Reason = cache.ForcedOnShutdown, fmt.Sprintf("node %s has the %s taint and is not Ready: detached although it may still be mounted", on.Node, cache.ShutdownTaint)
 		return d
 	}
 	d.WaitStarted = waitStarted()
@@ -238,7 +237,7 @@ func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Tim
 		d.Reason = fmt.Sprintf("%s; the %s wait%s is over but %s is Ready, so it is not force-detached", mounted, d.Policy, policyOf(d.PolicyDriver), on.Node)
 		return d
 	}
-	d.Force = operationexecutor.ForceUnmountTimeout
+	d.Force = cache.ForcedOnTimeout
 	d.Reason = fmt.Sprintf("%s; the %s wait%s is over and %s is NotReady: force-detached", mounted, d.Policy, policyOf(d.PolicyDriver), on.Node)
 	return d
 }

@@ -33,7 +33,7 @@ type Executor interface {
 	// when another node holds a single-attach volume, and with a
 	// *operationexecutor.HoldersUnknownError when that is not known.
 	Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error
-	Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error
+	Detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) error
 	IsRunning(volume volumename.UniqueName, node string) bool
 	// AttachObserved tells the executor that the volume is attached to the node,
 	// so that an attach that had failed (timed out, attachError) and then
@@ -174,7 +174,7 @@ func (r *Reconciler) detach(ctx context.Context, desired cache.DesiredVolume, at
 				next.at(d.ForceAt.Sub(now))
 			}
 		case ActionDetach:
-			if d.Force != operationexecutor.NotForced {
+			if d.Force != cache.NotForced {
 				logger.Info("Detaching a volume the node may still have mounted", "node", on.Node, "force", d.Force,
 					"reason", d.Reason, "maxWaitForUnmount", d.Policy, "policyOf", cmp.Or(d.PolicyDriver, "default"))
 			}
