@@ -108,7 +108,9 @@ func (p *Populator) ShutDown() { p.queue.ShutDown() }
 
 // Run re-evaluates queued pods with the given number of workers until ctx ends.
 func (p *Populator) Run(ctx context.Context, workers int) {
-	keyworkers.Run(ctx, p.queue, workers, "pod", p.SyncPod)
+	keyworkers.Run(ctx, p.queue, workers, "pod", func(ctx context.Context, key string) (time.Duration, error) {
+		return 0, p.SyncPod(ctx, key)
+	})
 }
 
 // Drain re-evaluates, now, every pod queued so far: at start-up, before the first

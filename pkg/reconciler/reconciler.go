@@ -15,12 +15,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
@@ -64,7 +63,7 @@ type Config struct {
 // Reconciler reconciles volumes taken from its work queue.
 type Reconciler struct {
 	cfg   Config
-	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
+	queue workqueue.TypedRateLimitingInterface[volumename.UniqueName]
 }
 
 // New returns a Reconciler.
@@ -74,8 +73,9 @@ func New(cfg Config) *Reconciler {
 	}
 	return &Reconciler{
 		cfg: cfg,
-		queue: workqueue.NewTypedDelayingQueueWithConfig(
-			workqueue.TypedDelayingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[volumename.UniqueName](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
 	}
 }
 
@@ -90,13 +90,15 @@ func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
 
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
-	r.run(ctx, workers, r.Sync)
+	keyworkers.Run(ctx, r.queue, workers, "volume", func(ctx context.Context, name volumename.UniqueName) (time.Duration, error) {
+		return r.Sync(ctx, name), nil
+	})
 }
 
 // RunShadow decides for queued volumes as Run does, and hands the decisions to
 // observe instead of acting on them, until ctx ends.
 func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
-	r.run(ctx, workers, func(_ context.Context, name volumename.UniqueName) time.Duration {
+	keyworkers.Run(ctx, r.queue, workers, "volume", func(_ context.Context, name volumename.UniqueName) (time.Duration, error) {
 		decisions := r.decisions(name, waitsKept)
 		observe(name, decisions)
 		var next requeue
@@ -106,30 +108,8 @@ func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(vo
 				next.at(d.ForceAt.Sub(now))
 			}
 		}
-		return next.after
+		return next.after, nil
 	})
-}
-
-func (r *Reconciler) run(ctx context.Context, workers int, sync func(context.Context, volumename.UniqueName) time.Duration) {
-	defer r.queue.ShutDown()
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { r.work(ctx, sync) }, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (r *Reconciler) work(ctx context.Context, sync func(context.Context, volumename.UniqueName) time.Duration) {
-	for {
-		name, shutdown := r.queue.Get()
-		if shutdown {
-			return
-		}
-		interleave.At(ctx, "volume", name)
-		if after := sync(ctx, name); after > 0 {
-			r.queue.AddAfter(name, after)
-		}
-		r.queue.Done(name)
-	}
 }
 
 // Sync reconciles one volume across all nodes and returns when it should be looked
