@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
@@ -102,5 +105,49 @@ func TestEitherSignOfTheStopRefusesAnOperation(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestWaitReturnsOnlyAfterRunningOperationsEnd: shutdown waits for the
+// operations that run, and gives up when its own context ends.
+func TestWaitReturnsOnlyAfterRunningOperationsEnd(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	h.informerSeesCreates = true
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatal(err)
+	}
+	h.waitWaiting(t, testVAName)
+
+	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if err := h.exec.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait while an attach runs = %v, want the context's deadline", err)
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- h.exec.Wait(context.Background()) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned %v while the attach runs", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("Wait = %v once the attach ended", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("Wait did not return once the attach ended")
+	}
+	h.waitDone(t)
+	again, cancelAgain := context.WithTimeout(t.Context(), waitLimit)
+	defer cancelAgain()
+	if err := h.exec.Wait(again); err != nil {
+		t.Errorf("Wait with nothing running = %v", err)
 	}
 }
