@@ -27,9 +27,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -206,6 +204,13 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 	}
 	events := podevents.NewEmitter(recorder)
 	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
+	c.populator = populator.New(populator.Listers{
+		Pods:       inf.pods.Lister(),
+		PodIndexer: inf.pods.Informer().GetIndexer(),
+		Claims:     inf.claims.Lister(),
+		PVs:        inf.pvs.Lister(),
+		Drivers:    inf.drivers.Lister(),
+	}, c.desired, reconcilerQueue{c})
 	c.executor = operationexecutor.New(operationexecutor.Config{
 		Client:     client,
 		VALister:   inf.attachments.Lister(),
@@ -215,11 +220,9 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Events:     events,
 		Metrics:    m,
 		Timeout:    opts.OperationTimeout,
-		Wanted:     c.desired.IsDesired,
-		NeededOnNode: func(ctx context.Context, volume volumename.UniqueName, node string) (bool, error) {
-			return c.neededOnNode(ctx, volume, node)
-		},
-		Done: func(v volumename.UniqueName) { c.reconciler.Enqueue(v) },
+		Wanted:     c.desired,
+		Pods:       populator.PodChecker{Client: client, Populator: c.populator},
+		Done:       reconcilerQueue{c},
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
 		Desired:    c.desired,
@@ -236,13 +239,6 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		},
 		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
 	})
-	c.populator = populator.New(populator.Listers{
-		Pods:       inf.pods.Lister(),
-		PodIndexer: inf.pods.Informer().GetIndexer(),
-		Claims:     inf.claims.Lister(),
-		PVs:        inf.pvs.Lister(),
-		Drivers:    inf.drivers.Lister(),
-	}, c.desired, c.reconciler.Enqueue)
 	err = m.RegisterState(metrics.StateSource{
 		DesiredVolumes:   c.desired.VolumeCount,
 		Attachments:      c.actual.Counts,
@@ -374,14 +370,9 @@ func (c *Controller) enqueueEverything() {
 	}
 }
 
-// neededOnNode reads the pods of the node from the API server and tells whether
-// one needs the volume.
-func (c *Controller) neededOnNode(ctx context.Context, volume volumename.UniqueName, node string) (bool, error) {
-	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return false, fmt.Errorf("listing the pods of node %s: %w", node, err)
-	}
-	return slices.ContainsFunc(pods.Items, func(pod v1.Pod) bool {
-		return pod.Spec.NodeName == node && c.populator.PodNeeds(ctx, &pod, volume)
-	}), nil
-}
+// reconcilerQueue is the reconciler's queue, for the populator and the executor:
+// they are built before the reconciler, which drives the executor.
+type reconcilerQueue struct{ c *Controller }
+
+// Enqueue asks for the volume to be reconciled.
+func (q reconcilerQueue) Enqueue(volume volumename.UniqueName) { q.c.reconciler.Enqueue(volume) }

@@ -71,14 +71,31 @@ type Config struct {
 	Timeout time.Duration
 	// Wanted tells whether a pod on the node needs the volume now; a detach is
 	// called off at the last moment if one does.
-	Wanted func(volume volumename.UniqueName, node string) bool
-	// NeededOnNode reads the node's pods from the API server and tells whether
-	// one needs the volume: asked before a forced detach, which an informer that
-	// has not shown a pod just scheduled there must not decide alone.
-	NeededOnNode func(ctx context.Context, volume volumename.UniqueName, node string) (bool, error)
-	// Done is called with the volume when one of its operations ends, so that the
+	Wanted Wanted
+	// Pods reads the node's pods from the API server: asked before a forced
+	// detach, which an informer that has not shown a pod just scheduled there
+	// must not decide alone.
+	Pods PodChecker
+	// Done is given the volume when one of its operations ends, so that the
 	// volume is reconciled again.
-	Done func(volumename.UniqueName)
+	Done VolumeQueue
+}
+
+// Wanted tells whether a pod on the node needs the volume now, as the informers
+// show the pods (cache.DesiredState).
+type Wanted interface {
+	IsDesired(volume volumename.UniqueName, node string) bool
+}
+
+// PodChecker reads the node's pods from the API server and tells whether one
+// needs the volume (populator.PodChecker).
+type PodChecker interface {
+	NeededOnNode(ctx context.Context, volume volumename.UniqueName, node string) (bool, error)
+}
+
+// VolumeQueue takes the volumes to reconcile again (the reconciler's queue).
+type VolumeQueue interface {
+	Enqueue(volume volumename.UniqueName)
 }
 
 // HeldError means a single-attach volume cannot be attached because other nodes
@@ -229,7 +246,7 @@ func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
 		defer e.running.Done()
 		err := op()
 		e.locks.release(key, node, k, err != nil)
-		e.cfg.Done(key.volume)
+		e.cfg.Done.Enqueue(key.volume)
 	}()
 }
 
@@ -429,7 +446,7 @@ func (e *Executor) settleDelete(ctx context.Context, att cache.Attachment, read 
 		e.recordDeleted(ctx, att, outcome)
 	}
 	e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, false)
-	e.cfg.Done(att.Volume)
+	e.cfg.Done.Enqueue(att.Volume)
 	return nil
 }
 
@@ -576,7 +593,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force cache.Forc
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
 		e.cfg.Metrics.ObserveForcedDetach(force)
 	}
-	if e.cfg.Wanted(on.Volume, on.Node) {
+	if e.cfg.Wanted.IsDesired(on.Volume, on.Node) {
 		return ErrWanted
 	}
 	// Nothing is detached while the node the API server returned still lists the
@@ -662,7 +679,7 @@ func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force cache.F
 // the end of the wait for unmount, which an informer that has not shown a pod
 // just scheduled there must not decide alone.
 func (e *Executor) checkPods(ctx context.Context, on cache.OnNode) error {
-	needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
+	needed, err := e.cfg.Pods.NeededOnNode(ctx, on.Volume, on.Node)
 	if err != nil {
 		return fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
 	}

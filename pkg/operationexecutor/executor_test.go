@@ -153,8 +153,10 @@ type execHarness struct {
 	// Confirm calls had ended each time it was asked.
 	wanted           bool
 	confirmsAtWanted []int
-	// neededOnNode is what a read of the node's pods from the API server finds.
+	// neededOnNode is what a read of the node's pods from the API server finds,
+	// and readPodsErr its error.
 	neededOnNode bool
+	readPodsErr  error
 	created      []*storagev1.VolumeAttachment
 	deletes      []clienttesting.DeleteAction
 }
@@ -244,19 +246,9 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		Events:     podevents.NewEmitter(h.recorder),
 		Metrics:    h.metrics,
 		Timeout:    timeout,
-		Wanted: func(volumename.UniqueName, string) bool {
-			confirms := h.status.confirmCount()
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
-			return h.wanted
-		},
-		NeededOnNode: func(context.Context, volumename.UniqueName, string) (bool, error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			return h.neededOnNode, nil
-		},
-		Done: func(v volumename.UniqueName) { h.done <- v },
+		Wanted:     h,
+		Pods:       h,
+		Done:       h,
 	})
 	// Operations run on contexts the tests give them, which end with the test;
 	// the next test starts once they have all ended.
@@ -271,6 +263,26 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 }
 
 // deleteCount returns how many deletes were sent.
+// IsDesired answers Config.Wanted with h.wanted, recording how many Confirm
+// calls came before.
+func (h *execHarness) IsDesired(volumename.UniqueName, string) bool {
+	confirms := h.status.confirmCount()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
+	return h.wanted
+}
+
+// NeededOnNode answers Config.Pods with h.neededOnNode and h.readPodsErr.
+func (h *execHarness) NeededOnNode(context.Context, volumename.UniqueName, string) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.neededOnNode, h.readPodsErr
+}
+
+// Enqueue passes the volume of an ended operation to h.done.
+func (h *execHarness) Enqueue(v volumename.UniqueName) { h.done <- v }
+
 func (h *execHarness) deleteCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

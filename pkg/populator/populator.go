@@ -77,7 +77,7 @@ type Populator struct {
 	desired    *cache.DesiredState
 	translator csitranslation.CSITranslator
 	// changed receives the volumes whose desired state changed.
-	changed func(volumename.UniqueName)
+	changed VolumeQueue
 	queue   workqueue.TypedRateLimitingInterface[string]
 
 	mu           sync.Mutex
@@ -85,8 +85,14 @@ type Populator struct {
 	driversByPod map[string][]string
 }
 
+// VolumeQueue takes the volumes whose desired state changed (the reconciler's
+// queue).
+type VolumeQueue interface {
+	Enqueue(volume volumename.UniqueName)
+}
+
 // New returns a Populator that records into desired and reports changed volumes.
-func New(listers Listers, desired *cache.DesiredState, changed func(volumename.UniqueName)) *Populator {
+func New(listers Listers, desired *cache.DesiredState, changed VolumeQueue) *Populator {
 	return &Populator{
 		listers:    listers,
 		desired:    desired,
@@ -225,7 +231,7 @@ func (p *Populator) setDrivers(podKey string, drivers []string) {
 
 func (p *Populator) report(changed []volumename.UniqueName) {
 	for _, name := range changed {
-		p.changed(name)
+		p.changed.Enqueue(name)
 	}
 }
 

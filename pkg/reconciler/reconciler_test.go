@@ -241,11 +241,9 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		Events:  podevents.NewEmitter(record.NewFakeRecorder(100)),
 		Metrics: metrics.New(),
 		Timeout: opts.timeout,
-		Wanted:  h.desired.IsDesired,
-		NeededOnNode: func(_ context.Context, v volumename.UniqueName, node string) (bool, error) {
-			return h.desired.IsDesired(v, node), nil
-		},
-		Done: func(volumename.UniqueName) { h.ended.Add(1) },
+		Wanted:  h.desired,
+		Pods:    desiredPods{h.desired},
+		Done:    endedCounter{&h.ended},
 	})}
 	h.r = reconciler.New(reconciler.Config{
 		Desired:    h.desired,
@@ -276,6 +274,19 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 func (h *harness) sync(vol cache.Volume) time.Duration { return h.r.Sync(h.ctx, vol.Name) }
 
 func (h *harness) events() []string { return fakeevents.Drain(h.recorder) }
+
+// desiredPods answers the executor's read of a node's pods from the desired
+// state: in these tests the API server holds the pods the informer shows.
+type desiredPods struct{ desired *cache.DesiredState }
+
+func (p desiredPods) NeededOnNode(_ context.Context, v volumename.UniqueName, node string) (bool, error) {
+	return p.desired.IsDesired(v, node), nil
+}
+
+// endedCounter counts the operations that have ended.
+type endedCounter struct{ n *atomic.Int64 }
+
+func (c endedCounter) Enqueue(volumename.UniqueName) { c.n.Add(1) }
 
 // waitIdle waits until every operation started has ended. (Executor.Wait is
 // for shutdown: no operation starts after it.)
