@@ -31,10 +31,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/explain"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
@@ -151,10 +153,11 @@ type Controller struct {
 	// attachmentWatches records the lapses of the VolumeAttachment informer
 	// (see relist.go).
 	attachmentWatches *watchRecord
-	// nodesMu and attachmentsMu keep the node and VolumeAttachment event
-	// handlers out while the periodic pass compares (see rebuild.go).
-	nodesMu       sync.Mutex
-	attachmentsMu sync.Mutex
+	// attachments records VolumeAttachments in the actual state.
+	attachments *attachments.Recorder
+	// nodesMu keeps the node event handlers out while the periodic pass
+	// compares (see rebuild.go).
+	nodesMu sync.Mutex
 	// deletedNodes holds the deleted nodes to forget (see forget.go).
 	deletedNodes  workqueue.TypedRateLimitingInterface[string]
 	backoffExpiry time.Duration
@@ -239,6 +242,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		},
 		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
 	})
+	c.attachments = c.newAttachments(inf.attachments.Lister())
 	err = m.RegisterState(metrics.StateSource{
 		DesiredVolumes:   c.desired.VolumeCount,
 		Attachments:      c.actual.Counts,
@@ -258,6 +262,22 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		return nil, err
 	}
 	return c, nil
+}
+
+// newAttachments returns the recorder of the VolumeAttachments vas lists.
+func (c *Controller) newAttachments(vas storagelisters.VolumeAttachmentLister) *attachments.Recorder {
+	return attachments.New(attachments.Config{
+		Listers: attachments.Listers{
+			Attachments: vas,
+			PVs:         c.informers.pvs.Lister(),
+			Nodes:       c.informers.nodes.Lister(),
+		},
+		Actual:     c.actual,
+		PVs:        c.populator,
+		Executor:   c.executor,
+		NodeStatus: c.status,
+		Volumes:    c.reconciler,
+	})
 }
 
 // unmountPolicies lists the waits for unmount by driver ("" for the default),
@@ -343,7 +363,7 @@ func (c *Controller) resync(ctx context.Context) {
 	if err := c.reconcileNodes(); err != nil {
 		klog.FromContext(ctx).Error(err, "Periodic check of the node register failed")
 	}
-	if err := c.reconcileAttachments(ctx); err != nil {
+	if err := c.attachments.Reconcile(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Periodic check of the VolumeAttachments failed")
 	}
 	keys, err := c.populator.AllPods()

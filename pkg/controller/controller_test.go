@@ -245,9 +245,9 @@ func TestIdentifyVolume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestController(t)
 			addToInformers(t, c, tc.objs...)
-			vol, ok := c.identifyVolume(tc.va)
+			vol, ok := c.attachments.VolumeOf(tc.va)
 			if got := vol.Name; ok != tc.wantOK || got != tc.want {
-				t.Errorf("identifyVolume() = %q, %v, want %q, %v", got, ok, tc.want, tc.wantOK)
+				t.Errorf("VolumeOf() = %q, %v, want %q, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}
@@ -291,7 +291,7 @@ func TestObserveVolumeAttachment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestController(t)
 			addToInformers(t, c, csiPV("pv-1", "h-1", "ns", "data"))
-			c.observeVolumeAttachment(ctx, tc.va)
+			c.attachments.Observe(ctx, tc.va)
 			got, ok := c.actual.Object(tc.va.Name)
 			tc.want.Volume, tc.want.Node, tc.want.VolumeAttachment, tc.want.UID, tc.want.Seen = vol, "node-1", tc.va.Name, tc.va.UID, true
 			// The PV lists no access modes: nothing to check, so several nodes may share it.
@@ -308,7 +308,7 @@ func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 	c := newTestController(t)
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 	addToInformers(t, c, va)
-	c.observeVolumeAttachment(ctx, va)
+	c.attachments.Observe(ctx, va)
 	if got := c.actual.Holders(volumename.CSI(testDriver, "h-1"), "pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
 		t.Fatalf("Holders(pv-1) = %q, want [node-a]: the VolumeAttachment holds its PV", got)
 	}
@@ -358,7 +358,7 @@ func TestVolumeAttachmentDeleted(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c.observeVolumeAttachment(ctx, va)
+			c.attachments.Observe(ctx, va)
 			c.onVolumeAttachmentDelete(tc.obj)
 			if _, ok := c.actual.Get(volumename.CSI(testDriver, "h-1"), "node-a"); ok {
 				t.Error("attachment kept after its VolumeAttachment was deleted")
@@ -589,7 +589,7 @@ func TestActsAtOnce(t *testing.T) {
 			name: "VolumeAttachment deleted by someone else while wanted",
 			setup: func(ctx context.Context, c *Controller) {
 				c.onNode(nil, node("node-a", nil, nil))
-				c.observeVolumeAttachment(ctx, volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
+				c.attachments.Observe(ctx, volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
 			},
 			event: func(_ context.Context, c *Controller) {
 				c.onVolumeAttachmentDelete(volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
