@@ -1,8 +1,8 @@
 // Package controller wires the attach/detach controller together: shared informers
 // feed the desired state (through the populator's pod queue), the actual state
-// (from VolumeAttachments) and the node register; their changes put the affected
-// volumes on the reconciler's queue and the affected nodes on the status updater's
-// queue.
+// (from VolumeAttachments, through the attachments recorder) and the node
+// register; their changes put the affected volumes on the reconciler's queue and
+// the affected nodes on the status updater's queue.
 //
 // The controller writes to the API server in exactly these places:
 //   - VolumeAttachment create and delete, by the operation executor;
@@ -13,8 +13,9 @@
 // Besides those it reads the API server directly only to settle what the
 // informers cannot: the start-up check that the VolumeAttachment and node
 // informers are current, the same check of the VolumeAttachments each time their
-// informer stopped watching (see relist.go), a node's status before a detach, and
-// an object after a write of unknown outcome. Its own writes come back to it through the informers like anyone
+// informer stopped watching (see relist.go), a node's status before a detach, a
+// node's pods before a forced detach (populator.PodChecker), and an object after
+// a write of unknown outcome. Its own writes come back to it through the informers like anyone
 // else's; state that a write changes is recorded from the informer, or, where the
 // write's answer comes first, in a way the informer's later delivery agrees with.
 package controller

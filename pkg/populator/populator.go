@@ -2,7 +2,9 @@
 // that has a node and is not terminated, the attachable CSI volumes it needs,
 // reached through its claims, generic ephemeral volumes, PersistentVolumes and
 // in-tree volumes translated to CSI. It also knows which pods a change to a claim, a
-// PersistentVolume or a CSIDriver affects, so that exactly those are re-evaluated.
+// PersistentVolume or a CSIDriver affects, so that exactly those are re-evaluated,
+// and, through PodChecker, whether a node's pods as the API server lists them
+// need a volume.
 package populator
 
 import (
