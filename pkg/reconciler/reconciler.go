@@ -73,6 +73,8 @@ func New(cfg Config) *Reconciler {
 	}
 	return &Reconciler{
 		cfg: cfg,
+		// The queue is a rate-limiting one, as keyworkers runs every queue of the
+		// controller; Sync returns no error, so its rate limiter is not asked.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[volumename.UniqueName](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
