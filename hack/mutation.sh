@@ -20,6 +20,7 @@ files=(
 	pkg/cache/desired.go
 	pkg/reconciler/decide.go
 	pkg/statusupdater/statusupdater.go
+	pkg/attachments/attachments.go
 	pkg/controller/rebuild.go
 	pkg/controller/startup.go
 	pkg/controller/forget.go

@@ -1,8 +1,8 @@
 // Package controller wires the attach/detach controller together: shared informers
 // feed the desired state (through the populator's pod queue), the actual state
-// (from VolumeAttachments) and the node register; their changes put the affected
-// volumes on the reconciler's queue and the affected nodes on the status updater's
-// queue.
+// (from VolumeAttachments, through the attachments recorder) and the node
+// register; their changes put the affected volumes on the reconciler's queue and
+// the affected nodes on the status updater's queue.
 //
 // The controller writes to the API server in exactly these places:
 //   - VolumeAttachment create and delete, by the operation executor;
@@ -13,8 +13,9 @@
 // Besides those it reads the API server directly only to settle what the
 // informers cannot: the start-up check that the VolumeAttachment and node
 // informers are current, the same check of the VolumeAttachments each time their
-// informer stopped watching (see relist.go), a node's status before a detach, and
-// an object after a write of unknown outcome. Its own writes come back to it through the informers like anyone
+// informer stopped watching (see relist.go), a node's status before a detach, a
+// node's pods before a forced detach (populator.PodChecker), and an object after
+// a write of unknown outcome. Its own writes come back to it through the informers like anyone
 // else's; state that a write changes is recorded from the informer, or, where the
 // write's answer comes first, in a way the informer's later delivery agrees with.
 package controller
@@ -27,16 +28,16 @@ import (
 	"sync"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/explain"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
@@ -156,10 +157,11 @@ type Controller struct {
 	// attachmentWatches records the lapses of the VolumeAttachment informer
 	// (see relist.go).
 	attachmentWatches *watchRecord
-	// nodesMu and attachmentsMu keep the node and VolumeAttachment event
-	// handlers out while the periodic pass compares (see rebuild.go).
-	nodesMu       sync.Mutex
-	attachmentsMu sync.Mutex
+	// attachments records VolumeAttachments in the actual state.
+	attachments *attachments.Recorder
+	// nodesMu keeps the node event handlers out while the periodic pass
+	// compares (see rebuild.go).
+	nodesMu sync.Mutex
 	// deletedNodes holds the deleted nodes to forget (see forget.go).
 	deletedNodes  workqueue.TypedRateLimitingInterface[string]
 	backoffExpiry time.Duration
@@ -209,6 +211,13 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 	}
 	events := podevents.NewEmitter(recorder)
 	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
+	c.populator = populator.New(populator.Listers{
+		Pods:       inf.pods.Lister(),
+		PodIndexer: inf.pods.Informer().GetIndexer(),
+		Claims:     inf.claims.Lister(),
+		PVs:        inf.pvs.Lister(),
+		Drivers:    inf.drivers.Lister(),
+	}, c.desired, reconcilerQueue{c})
 	c.executor = operationexecutor.New(operationexecutor.Config{
 		Client:     client,
 		VALister:   inf.attachments.Lister(),
@@ -218,11 +227,9 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Events:     events,
 		Metrics:    m,
 		Timeout:    opts.OperationTimeout,
-		Wanted:     c.desired.IsDesired,
-		NeededOnNode: func(ctx context.Context, volume volumename.UniqueName, node string) (bool, error) {
-			return c.neededOnNode(ctx, volume, node)
-		},
-		Done: func(v volumename.UniqueName) { c.reconciler.Enqueue(v) },
+		Wanted:     c.desired,
+		Pods:       populator.PodChecker{Client: client, Populator: c.populator},
+		Done:       reconcilerQueue{c},
 	})
 	c.reconciler = reconciler.New(reconciler.Config{
 		Desired:    c.desired,
@@ -239,13 +246,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		},
 		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
 	})
-	c.populator = populator.New(populator.Listers{
-		Pods:       inf.pods.Lister(),
-		PodIndexer: inf.pods.Informer().GetIndexer(),
-		Claims:     inf.claims.Lister(),
-		PVs:        inf.pvs.Lister(),
-		Drivers:    inf.drivers.Lister(),
-	}, c.desired, c.reconciler.Enqueue)
+	c.attachments = c.newAttachments(inf.attachments.Lister())
 	err = m.RegisterState(metrics.StateSource{
 		DesiredVolumes:   c.desired.VolumeCount,
 		Attachments:      c.actual.Counts,
@@ -265,6 +266,22 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		return nil, err
 	}
 	return c, nil
+}
+
+// newAttachments returns the recorder of the VolumeAttachments vas lists.
+func (c *Controller) newAttachments(vas storagelisters.VolumeAttachmentLister) *attachments.Recorder {
+	return attachments.New(attachments.Config{
+		Listers: attachments.Listers{
+			Attachments: vas,
+			PVs:         c.informers.pvs.Lister(),
+			Nodes:       c.informers.nodes.Lister(),
+		},
+		Actual:     c.actual,
+		PVs:        c.populator,
+		Executor:   c.executor,
+		NodeStatus: c.status,
+		Volumes:    c.reconciler,
+	})
 }
 
 // unmountPolicies lists the waits for unmount by driver ("" for the default),
@@ -350,7 +367,7 @@ func (c *Controller) resync(ctx context.Context) {
 	if err := c.reconcileNodes(); err != nil {
 		klog.FromContext(ctx).Error(err, "Periodic check of the node register failed")
 	}
-	if err := c.reconcileAttachments(ctx); err != nil {
+	if err := c.attachments.Reconcile(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Periodic check of the VolumeAttachments failed")
 	}
 	keys, err := c.populator.AllPods()
@@ -377,14 +394,9 @@ func (c *Controller) enqueueEverything() {
 	}
 }
 
-// neededOnNode reads the pods of the node from the API server and tells whether
-// one needs the volume.
-func (c *Controller) neededOnNode(ctx context.Context, volume volumename.UniqueName, node string) (bool, error) {
-	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return false, fmt.Errorf("listing the pods of node %s: %w", node, err)
-	}
-	return slices.ContainsFunc(pods.Items, func(pod v1.Pod) bool {
-		return pod.Spec.NodeName == node && c.populator.PodNeeds(ctx, &pod, volume)
-	}), nil
-}
+// reconcilerQueue is the reconciler's queue, for the populator and the executor:
+// they are built before the reconciler, which drives the executor.
+type reconcilerQueue struct{ c *Controller }
+
+// Enqueue asks for the volume to be reconciled.
+func (q reconcilerQueue) Enqueue(volume volumename.UniqueName) { q.c.reconciler.Enqueue(volume) }

@@ -170,145 +170,12 @@ func TestNodeDecisionsChanged(t *testing.T) {
 	}
 }
 
-func TestIdentifyVolume(t *testing.T) {
-	csiName := volumename.CSI(testDriver, "h-1")
-	inline := &v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
-		CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: "h-inline"},
-	}}
-	ebsPV := &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-ebs"},
-		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
-			AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0abc"},
-		}},
-	}
-	ebsVA := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: volumename.AttachmentName("vol-0abc", "ebs.csi.aws.com", "node-1")},
-		Spec:       storagev1.VolumeAttachmentSpec{Attacher: "ebs.csi.aws.com", NodeName: "node-1", Source: pvSource("pv-ebs")},
-	}
-	tests := []struct {
-		name   string
-		objs   []runtime.Object
-		va     *storagev1.VolumeAttachment
-		want   volumename.UniqueName
-		wantOK bool
-	}{
-		{
-			name:   "inline spec",
-			va:     volumeAttachment("h-inline", "node-1", storagev1.VolumeAttachmentSource{InlineVolumeSpec: inline}, true),
-			want:   volumename.CSI(testDriver, "h-inline"),
-			wantOK: true,
-		},
-		{
-			name:   "CSI PV",
-			objs:   []runtime.Object{csiPV("pv-1", "h-1", "ns", "data")},
-			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-			want:   csiName,
-			wantOK: true,
-		},
-		{
-			name:   "in-tree PV translated",
-			objs:   []runtime.Object{ebsPV},
-			va:     ebsVA,
-			want:   volumename.CSI("ebs.csi.aws.com", "vol-0abc"),
-			wantOK: true,
-		},
-		{
-			name:   "PV gone, node status lists it as attached",
-			objs:   []runtime.Object{node("node-1", []volumename.UniqueName{volumename.CSI(testDriver, "other"), csiName}, nil)},
-			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-			want:   csiName,
-			wantOK: true,
-		},
-		{
-			name:   "PV gone, node status lists it in use",
-			objs:   []runtime.Object{node("node-1", nil, []volumename.UniqueName{csiName})},
-			va:     volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-			want:   csiName,
-			wantOK: true,
-		},
-		{
-			name: "PV gone, node status lists only other volumes",
-			objs: []runtime.Object{node("node-1", []volumename.UniqueName{volumename.CSI(testDriver, "other")}, nil)},
-			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-		},
-		{
-			name: "PV gone, node status lists a volume of another driver with the same handle",
-			objs: []runtime.Object{node("node-1", []volumename.UniqueName{volumename.CSI("other.csi.k8s.io", "h-1")}, nil)},
-			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-		},
-		{
-			name: "PV and node gone",
-			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newTestController(t)
-			addToInformers(t, c, tc.objs...)
-			vol, ok := c.identifyVolume(tc.va)
-			if got := vol.Name; ok != tc.wantOK || got != tc.want {
-				t.Errorf("identifyVolume() = %q, %v, want %q, %v", got, ok, tc.want, tc.wantOK)
-			}
-		})
-	}
-}
-
-func TestObserveVolumeAttachment(t *testing.T) {
-	ctx := context.Background()
-	vol := volumename.CSI(testDriver, "h-1")
-	tests := []struct {
-		name string
-		va   *storagev1.VolumeAttachment
-		want cache.Attachment
-	}{
-		{
-			name: "attached",
-			va:   volumeAttachment("h-1", "node-1", pvSource("pv-1"), true),
-			want: cache.Attachment{Attached: true},
-		},
-		{
-			name: "attach error",
-			va: func() *storagev1.VolumeAttachment {
-				va := volumeAttachment("h-1", "node-1", pvSource("pv-1"), false)
-				va.Status.AttachError = &storagev1.VolumeError{Message: "boom"}
-				return va
-			}(),
-			want: cache.Attachment{AttachError: "boom"},
-		},
-		{
-			name: "being deleted",
-			va: func() *storagev1.VolumeAttachment {
-				va := volumeAttachment("h-1", "node-1", pvSource("pv-1"), true)
-				now := metav1.Now()
-				va.DeletionTimestamp = &now
-				va.Finalizers = []string{"external-attacher/example-csi-k8s-io"}
-				return va
-			}(),
-			want: cache.Attachment{Attached: true, Deleting: true},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newTestController(t)
-			addToInformers(t, c, csiPV("pv-1", "h-1", "ns", "data"))
-			c.observeVolumeAttachment(ctx, tc.va)
-			got, ok := c.actual.Object(tc.va.Name)
-			tc.want.Volume, tc.want.Node, tc.want.VolumeAttachment, tc.want.UID, tc.want.Seen = vol, "node-1", tc.va.Name, tc.va.UID, true
-			// The PV lists no access modes: nothing to check, so several nodes may share it.
-			tc.want.MultiAttach = true
-			if !ok || got != tc.want {
-				t.Errorf("attachment = %+v, %v, want %+v", got, ok, tc.want)
-			}
-		})
-	}
-}
-
 func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 	ctx := context.Background()
 	c := newTestController(t)
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 	addToInformers(t, c, va)
-	c.observeVolumeAttachment(ctx, va)
+	c.attachments.Observe(ctx, va)
 	if got := c.actual.Holders(volumename.CSI(testDriver, "h-1"), "pv-1", "node-b"); len(got) != 1 || got[0] != "node-a" {
 		t.Fatalf("Holders(pv-1) = %q, want [node-a]: the VolumeAttachment holds its PV", got)
 	}
@@ -358,7 +225,7 @@ func TestVolumeAttachmentDeleted(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c.observeVolumeAttachment(ctx, va)
+			c.attachments.Observe(ctx, va)
 			c.onVolumeAttachmentDelete(tc.obj)
 			if _, ok := c.actual.Get(volumename.CSI(testDriver, "h-1"), "node-a"); ok {
 				t.Error("attachment kept after its VolumeAttachment was deleted")
@@ -589,7 +456,7 @@ func TestActsAtOnce(t *testing.T) {
 			name: "VolumeAttachment deleted by someone else while wanted",
 			setup: func(ctx context.Context, c *Controller) {
 				c.onNode(nil, node("node-a", nil, nil))
-				c.observeVolumeAttachment(ctx, volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
+				c.attachments.Observe(ctx, volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))
 			},
 			event: func(_ context.Context, c *Controller) {
 				c.onVolumeAttachmentDelete(volumeAttachment("h-1", "node-a", pvSource("pv-1"), true))

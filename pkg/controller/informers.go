@@ -3,24 +3,20 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
 type informerSet struct {
@@ -237,13 +233,7 @@ func (c *Controller) onPV(ctx context.Context, obj any) {
 		return
 	}
 	c.enqueuePods(c.populator.PodsForPV(pv))
-	c.attachmentsMu.Lock()
-	defer c.attachmentsMu.Unlock()
-	for _, name := range c.actual.UnresolvedForPV(pv.Name) {
-		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
-			c.observeVolumeAttachment(ctx, va)
-		}
-	}
+	c.attachments.IdentifyForPV(ctx, pv.Name)
 }
 
 func (c *Controller) onCSIDriver(obj any) {
@@ -342,14 +332,9 @@ func (c *Controller) enqueueNodeVolumes(node string) {
 }
 
 func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
-	va, ok := obj.(*storagev1.VolumeAttachment)
-	if !ok {
-		return
+	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
+		c.attachments.Observe(ctx, va)
 	}
-	c.attachmentsMu.Lock()
-	c.observeVolumeAttachment(ctx, va)
-	c.attachmentsMu.Unlock()
-	c.executor.ObserveVolumeAttachment(va.Name, va)
 }
 
 func (c *Controller) onVolumeAttachmentDelete(obj any) {
@@ -357,125 +342,16 @@ func (c *Controller) onVolumeAttachmentDelete(obj any) {
 		obj = t.Obj
 	}
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
-		c.attachmentsMu.Lock()
-		c.forgetVolumeAttachment(va.Name, va.UID)
-		c.attachmentsMu.Unlock()
+		c.attachments.Deleted(va)
 	}
 }
 
-// forgetVolumeAttachment records that the object of that name and UID is gone.
-func (c *Controller) forgetVolumeAttachment(name string, uid types.UID) {
-	if att, ok := c.actual.Forget(name, uid); ok {
-		c.status.Enqueue(att.Node)
-		c.reconcileUnlessAwaited(att.Volume, name)
-	}
-	c.executor.ObserveVolumeAttachment(name, nil)
-}
-
-// reconcileUnlessAwaited queues the volume after a change of one of its
-// VolumeAttachments, unless an operation waits for that object: the operation's
-// end, which comes after the change, queues the volume (Done), and a Sync
-// before it could only find the operation still running.
-func (c *Controller) reconcileUnlessAwaited(volume volumename.UniqueName, attachment string) {
-	if !c.executor.WaitsFor(attachment) {
-		c.reconciler.Enqueue(volume)
-	}
-}
-
-// observeVolumeAttachment records what a VolumeAttachment says in the actual
-// state, identifying its volume by its inline spec, its PV, or as a last resort the
-// node's status lists.
-func (c *Controller) observeVolumeAttachment(ctx context.Context, va *storagev1.VolumeAttachment) {
-	vol, ok := c.identifyVolume(va)
-	if !ok {
-		pvName := ""
-		if va.Spec.Source.PersistentVolumeName != nil {
-			pvName = *va.Spec.Source.PersistentVolumeName
-		}
-		klog.FromContext(ctx).Info("Cannot identify the volume of a VolumeAttachment yet; it counts as holding its PV",
-			"volumeAttachment", va.Name, "pv", pvName, "node", va.Spec.NodeName)
-		if c.actual.ObserveUnresolved(cache.UnresolvedAttachment{VolumeAttachment: va.Name, PVName: pvName, Node: va.Spec.NodeName}) {
-			c.status.Enqueue(va.Spec.NodeName)
-		}
-		return
-	}
-	o := cache.Observation{
-		Volume:           vol.Name,
-		MultiAttach:      vol.MultiAttach,
-		Migrated:         vol.Migrated,
-		Node:             va.Spec.NodeName,
-		VolumeAttachment: va.Name,
-		UID:              va.UID,
-		Attached:         va.Status.Attached,
-		Deleting:         va.DeletionTimestamp != nil,
-	}
-	if va.Status.AttachError != nil {
-		o.AttachError = va.Status.AttachError.Message
-	}
-	if va.Status.DetachError != nil {
-		o.DetachError = va.Status.DetachError.Message
-	}
-	if c.actual.Observe(o) {
-		c.status.Enqueue(o.Node)
-	}
-	c.reconcileUnlessAwaited(vol.Name, va.Name)
-}
-
-// identifyOnNode tries again to identify the VolumeAttachments of the node whose
-// volume was not known: the node's status may list it now.
+// identifyOnNode looks again at the VolumeAttachments on the node whose volume
+// was not known: the node's status may list it now.
 func (c *Controller) identifyOnNode(ctx context.Context, obj any) {
-	node, ok := obj.(*v1.Node)
-	if !ok {
-		return
+	if node, ok := obj.(*v1.Node); ok {
+		c.attachments.IdentifyOnNode(ctx, node.Name)
 	}
-	names := c.actual.UnresolvedOnNode(node.Name)
-	if len(names) == 0 {
-		return
-	}
-	c.attachmentsMu.Lock()
-	defer c.attachmentsMu.Unlock()
-	for _, name := range names {
-		if va, err := c.informers.attachments.Lister().Get(name); err == nil {
-			c.observeVolumeAttachment(ctx, va)
-		}
-	}
-}
-
-// identifyVolume finds the volume a VolumeAttachment is for, by its inline spec,
-// its PV, or as a last resort the node's status lists. A volume found only in node
-// status counts as single-attach: nothing says otherwise.
-func (c *Controller) identifyVolume(va *storagev1.VolumeAttachment) (cache.Volume, bool) {
-	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
-		if vol, ok := populator.VolumeOfInlineSpec(spec); ok {
-			return vol, true
-		}
-	}
-	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
-		if pv, err := c.informers.pvs.Lister().Get(*pvName); err == nil {
-			if vol, ok, err := c.populator.VolumeOfPV(pv); err == nil && ok {
-				return vol, true
-			}
-		}
-	}
-	node, err := c.informers.nodes.Lister().Get(va.Spec.NodeName)
-	if err != nil {
-		return cache.Volume{}, false
-	}
-	var candidates []string
-	for _, av := range node.Status.VolumesAttached {
-		candidates = append(candidates, string(av.Name))
-	}
-	for _, n := range node.Status.VolumesInUse {
-		candidates = append(candidates, string(n))
-	}
-	i := slices.IndexFunc(candidates, func(n string) bool {
-		driver, handle, err := volumename.ParseUniqueName(volumename.UniqueName(n))
-		return err == nil && driver == va.Spec.Attacher && volumename.AttachmentName(handle, driver, va.Spec.NodeName) == va.Name
-	})
-	if i < 0 {
-		return cache.Volume{}, false
-	}
-	return cache.Volume{Name: volumename.UniqueName(candidates[i])}, true
 }
 
 // NewInformerFactory returns the shared informer factory the controller runs on:

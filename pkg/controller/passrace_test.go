@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
-	storageinformers "k8s.io/client-go/informers/storage/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
@@ -94,13 +94,16 @@ func TestPeriodicPassAgainstEventsHandledMeanwhile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			c := startedController(t, tc.objs...)
-			if err := c.rebuild(ctx); err != nil {
-				t.Fatal(err)
-			}
 			// The change is made once the pass has listed; the handlers get up
-			// to 300 ms to record it before the pass goes on.
+			// to 300 ms to record it before the pass goes on. The
+			// VolumeAttachment lister is hooked before the handlers are
+			// registered, which share its recorder with the pass.
+			var inPass atomic.Bool
 			var once sync.Once
 			afterList := func() {
+				if !inPass.Load() {
+					return
+				}
 				once.Do(func() {
 					if err := tc.change(ctx, c); err != nil {
 						t.Error(err)
@@ -111,13 +114,19 @@ func TestPeriodicPassAgainstEventsHandledMeanwhile(t *testing.T) {
 					}
 				})
 			}
+			if !tc.nodes {
+				c.attachments = c.newAttachments(hookedAttachmentLister{c.informers.attachments.Lister(), afterList})
+			}
+			if err := c.rebuild(ctx); err != nil {
+				t.Fatal(err)
+			}
+			inPass.Store(true)
 			var err error
 			if tc.nodes {
 				c.informers.nodes = hookedNodes{c.informers.nodes, afterList}
 				err = c.reconcileNodes()
 			} else {
-				c.informers.attachments = hookedAttachments{c.informers.attachments, afterList}
-				err = c.reconcileAttachments(ctx)
+				err = c.attachments.Reconcile(ctx)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -157,16 +166,7 @@ func (l hookedNodeLister) List(selector labels.Selector) ([]*v1.Node, error) {
 	return out, err
 }
 
-// hookedAttachments calls afterList each time its lister has listed.
-type hookedAttachments struct {
-	storageinformers.VolumeAttachmentInformer
-	afterList func()
-}
-
-func (h hookedAttachments) Lister() storagelisters.VolumeAttachmentLister {
-	return hookedAttachmentLister{h.VolumeAttachmentInformer.Lister(), h.afterList}
-}
-
+// hookedAttachmentLister calls afterList each time it has listed.
 type hookedAttachmentLister struct {
 	storagelisters.VolumeAttachmentLister
 	afterList func()

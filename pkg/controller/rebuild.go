@@ -8,7 +8,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -59,12 +58,13 @@ func (c *Controller) multiAttachOf(name volumename.UniqueName) bool {
 }
 
 // The periodic pass compares what an informer holds with what the controller
-// recorded from it while that informer's event handlers wait (nodesMu,
-// attachmentsMu): an informer's cache holds an event before its handlers are
-// told, so under the lock nothing recorded is newer than the informer's cache,
-// and an event handled after the pass's list applies after the pass's changes.
-// A list taken before the records were read would forget an object added in
-// between, and bring back one deleted in between.
+// recorded from it while that informer's event handlers wait (nodesMu here; the
+// attachments.Recorder keeps its own lock for VolumeAttachments): an informer's
+// cache holds an event before its handlers are told, so under the lock nothing
+// recorded is newer than the informer's cache, and an event handled after the
+// pass's list applies after the pass's changes. A list taken before the records
+// were read would forget an object added in between, and bring back one deleted
+// in between.
 
 // reconcileNodes brings the node register in line with the node informer: a node
 // whose deletion was missed counts as deleted (and is forgotten once nothing is
@@ -91,48 +91,4 @@ func (c *Controller) reconcileNodes() error {
 		}
 	}
 	return nil
-}
-
-// reconcileAttachments brings the actual state in line with the VolumeAttachment
-// informer: objects it holds that the state lacks are recorded, and objects the
-// informer showed once but holds no more are forgotten. Objects the controller
-// created, or tried to, and never saw, and objects whose delete had an unknown
-// outcome, are then read from the API server, unless an operation on them runs.
-func (c *Controller) reconcileAttachments(ctx context.Context) error {
-	inInformer, err := c.recordInformerAttachments(ctx)
-	if err != nil {
-		return err
-	}
-	for _, att := range c.actual.Unsettled() {
-		if att.DeleteUnsettled || !inInformer[att.VolumeAttachment] {
-			c.executor.Settle(ctx, att)
-		}
-	}
-	return nil
-}
-
-// recordInformerAttachments makes the actual state record what the informer
-// holds, and returns the names it held.
-func (c *Controller) recordInformerAttachments(ctx context.Context) (map[string]bool, error) {
-	interleave.At(ctx, "resync-attachments", "")
-	c.attachmentsMu.Lock()
-	defer c.attachmentsMu.Unlock()
-	vas, err := c.informers.attachments.Lister().List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
-	}
-	recorded := c.actual.ObjectNames()
-	inInformer := make(map[string]bool, len(vas))
-	for _, va := range vas {
-		inInformer[va.Name] = true
-		if uid, ok := recorded[va.Name]; !ok || uid != va.UID {
-			c.observeVolumeAttachment(ctx, va)
-		}
-	}
-	for name, uid := range recorded {
-		if !inInformer[name] {
-			c.forgetVolumeAttachment(name, uid)
-		}
-	}
-	return inInformer, nil
 }

@@ -60,6 +60,8 @@ func TestPeriodicPassSettlesWhatOnlyTheAPIServerKnows(t *testing.T) {
 	}
 	e := &settlingExecutor{Executor: c.executor}
 	c.executor = e
+	// The recorder settles through the executor it is built with.
+	c.attachments = c.newAttachments(c.informers.attachments.Lister())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() {
 		cancel()
@@ -73,7 +75,7 @@ func TestPeriodicPassSettlesWhatOnlyTheAPIServerKnows(t *testing.T) {
 		c.actual.Observe(cache.Observation{Volume: volumename.CSI(testDriver, *va.Spec.Source.PersistentVolumeName), Node: "node-a", VolumeAttachment: va.Name, UID: va.UID, Attached: true})
 	}
 	c.actual.SetDeleteUnsettled(deleted.Name, "", true)
-	if err := c.reconcileAttachments(ctx); err != nil {
+	if err := c.attachments.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{volumename.AttachmentName("h-1", testDriver, "node-a"), deleted.Name}
@@ -108,7 +110,7 @@ func TestPeriodicPassRecordsWhatTheInformerHolds(t *testing.T) {
 	if err := c.reconcileNodes(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.reconcileAttachments(ctx); err != nil {
+	if err := c.attachments.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !c.nodes.Get("node-a").Exists() {

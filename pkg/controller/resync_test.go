@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -63,22 +61,5 @@ func TestPeriodicPassRecordsMissedAdditions(t *testing.T) {
 	c.resync(ctx)
 	if got := c.actual.Holders(vol, "pv-1", "node-b"); !slices.Equal(got, []string{"node-a"}) {
 		t.Errorf("Holders() = %q after the periodic pass, want [node-a]", got)
-	}
-}
-
-// Before a forced detach, the node's pods are read from the API server: a pod the
-// informer has not shown yet still keeps the volume.
-func TestNeededOnNodeReadsTheAPIServer(t *testing.T) {
-	ctx := context.Background()
-	vol := volumename.CSI(testDriver, "h-1")
-	c := startedController(t, csiPV("pv-1", "h-1", "ns", "data"), boundClaim("ns", "data", "pv-1"))
-	if _, err := c.client.CoreV1().Pods("ns").Create(ctx, podUsing("ns", "db", "node-a", "data"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for node, want := range map[string]bool{"node-a": true, "node-b": false} {
-		got, err := c.neededOnNode(ctx, vol, node)
-		if err != nil || got != want {
-			t.Errorf("neededOnNode(%s) = %v, %v, want %v", node, got, err, want)
-		}
 	}
 }

@@ -1,6 +1,8 @@
 // Package keyworkers runs the workers of a rate-limited work queue keyed by name,
-// as client-go's sample-controller does: a key is handled by one worker at a time,
-// and a key whose handling failed comes back after the queue's rate limit.
+// the one worker loop of the controller's queues (pods, nodes, volumes): a key is
+// handled by one worker at a time; a key whose handling failed comes back after
+// the queue's rate limit, and a handler may ask for its key to come back after a
+// delay, as a controller-runtime reconciler does.
 package keyworkers
 
 import (
@@ -14,9 +16,15 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 )
 
+// Handler handles one key. It returns an error for the key to be retried after
+// the queue's rate limit, or a positive requeueAfter for the key to be handled
+// again after that delay; zero and nil mean the key is done until it is added
+// again.
+type Handler[T comparable] func(ctx context.Context, key T) (requeueAfter time.Duration, err error)
+
 // Run handles the queue's keys with the given number of workers until ctx ends,
 // then shuts the queue down. what names a key in the log line of a failure.
-func Run[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], workers int, what string, handle func(context.Context, T) error) {
+func Run[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], workers int, what string, handle Handler[T]) {
 	defer queue.ShutDown()
 	for range workers {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
@@ -27,18 +35,22 @@ func Run[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInt
 	<-ctx.Done()
 }
 
-func processNext[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], what string, handle func(context.Context, T) error) bool {
+func processNext[T comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[T], what string, handle Handler[T]) bool {
 	key, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
 	defer queue.Done(key)
 	interleave.At(ctx, what, key)
-	if err := handle(ctx, key); err != nil {
+	after, err := handle(ctx, key)
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Handling a queued key failed, will retry", what, key)
 		queue.AddRateLimited(key)
 		return true
 	}
 	queue.Forget(key)
+	if after > 0 {
+		queue.AddAfter(key, after)
+	}
 	return true
 }

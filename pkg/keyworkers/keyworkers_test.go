@@ -17,12 +17,12 @@ func TestRunRetriesFailedKeysAndForgetsHandledOnes(t *testing.T) {
 	calls := map[string]int{}
 	done := make(chan struct{})
 	go func() {
-		Run(ctx, queue, 2, "key", func(_ context.Context, key string) error {
+		Run(ctx, queue, 2, "key", func(_ context.Context, key string) (time.Duration, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			calls[key]++
 			if key == "flaky" && calls[key] < 3 {
-				return errors.New("not yet")
+				return 0, errors.New("not yet")
 			}
 			if calls["flaky"] == 3 && calls["fine"] == 1 {
 				select {
@@ -31,7 +31,7 @@ func TestRunRetriesFailedKeysAndForgetsHandledOnes(t *testing.T) {
 					close(done)
 				}
 			}
-			return nil
+			return 0, nil
 		})
 	}()
 	queue.Add("fine")
@@ -53,5 +53,35 @@ func TestRunRetriesFailedKeysAndForgetsHandledOnes(t *testing.T) {
 	defer mu.Unlock()
 	if calls["fine"] != 1 || calls["flaky"] != 3 {
 		t.Errorf("calls = %v, want fine once and flaky three times", calls)
+	}
+}
+
+func TestRunHandlesAKeyAgainAfterTheDelayItsHandlerAsksFor(t *testing.T) {
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	handled := make(chan time.Time, 2)
+	calls := 0
+	go Run(ctx, queue, 1, "key", func(_ context.Context, _ string) (time.Duration, error) {
+		handled <- time.Now()
+		if calls++; calls == 1 {
+			return 50 * time.Millisecond, nil
+		}
+		return 0, nil
+	})
+	queue.Add("later")
+	var first, second time.Time
+	for i, at := range []*time.Time{&first, &second} {
+		select {
+		case *at = <-handled:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the key was handled %d times, want 2", i)
+		}
+	}
+	if d := second.Sub(first); d < 50*time.Millisecond {
+		t.Errorf("the key came back after %v, want at least the 50ms its handler asked for", d)
+	}
+	if n := queue.NumRequeues("later"); n != 0 {
+		t.Errorf("NumRequeues(later) = %d, want 0: a delay asked for is not a failure", n)
 	}
 }

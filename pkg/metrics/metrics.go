@@ -26,16 +26,6 @@ const (
 	OperationDetach = "detach"
 )
 
-// Reasons of a forced detach: kube-controller-manager's two (the wait for
-// unmount ran out on a node that is not Ready, or the node is tainted
-// out-of-service), and this controller's opt-in shutdown taint, which only its
-// own counter shows.
-const (
-	ForcedOnTimeout    = string(cache.ForcedOnTimeout)
-	ForcedOutOfService = string(cache.ForcedOutOfService)
-	ForcedOnShutdown   = string(cache.ForcedOnShutdown)
-)
-
 // Results of a node status patch, the result label of node_status_patches_total.
 const (
 	PatchSucceeded = "success"
@@ -136,12 +126,12 @@ func New() *Metrics {
 	for _, result := range []string{PatchSucceeded, PatchFailed, PatchNodeGone} {
 		m.NodeStatusPatches.WithLabelValues(result)
 	}
-	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService, ForcedOnShutdown} {
-		m.ForceDetaches.WithLabelValues(reason)
+	for _, rule := range []cache.ForceRule{cache.ForcedOnTimeout, cache.ForcedOutOfService, cache.ForcedOnShutdown} {
+		m.ForceDetaches.WithLabelValues(string(rule))
 	}
 	// kube-controller-manager's counter has no shutdown reason.
-	for _, reason := range []string{ForcedOnTimeout, ForcedOutOfService} {
-		m.upstream.forcedDetaches.WithLabelValues(reason)
+	for _, rule := range []cache.ForceRule{cache.ForcedOnTimeout, cache.ForcedOutOfService} {
+		m.upstream.forcedDetaches.WithLabelValues(string(rule))
 	}
 	// Every drop that can happen is exported from the start, at 0: a warning
 	// never waits in a queue of bounded length.
@@ -275,11 +265,14 @@ func (m *Metrics) ObserveOperation(op Op) {
 }
 
 // ObserveForcedDetach records a detach of a volume the node may still have
-// mounted, for one of the reasons above.
-func (m *Metrics) ObserveForcedDetach(reason string) {
-	m.ForceDetaches.WithLabelValues(reason).Inc()
-	if reason != ForcedOnShutdown {
-		m.upstream.forcedDetaches.WithLabelValues(reason).Inc()
+// mounted, labelled with the rule that forced it: kube-controller-manager's two
+// (the wait for unmount ran out on a node that is not Ready, or the node is
+// tainted out-of-service), and this controller's opt-in shutdown taint, which
+// only its own counter shows.
+func (m *Metrics) ObserveForcedDetach(rule cache.ForceRule) {
+	m.ForceDetaches.WithLabelValues(string(rule)).Inc()
+	if rule != cache.ForcedOnShutdown {
+		m.upstream.forcedDetaches.WithLabelValues(string(rule)).Inc()
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 func TestStateGaugesAndOperations(t *testing.T) {
@@ -37,7 +39,7 @@ func TestStateGaugesAndOperations(t *testing.T) {
 	}
 	m.ObserveOperation(Op{Kind: OperationAttach, Plugin: "kubernetes.io/csi:a.example.com", Started: time.Now()})
 	m.ObserveOperation(Op{Kind: OperationDetach, Plugin: "kubernetes.io/csi:a.example.com", Migrated: true, Started: time.Now(), Err: errors.New("boom")})
-	m.ObserveForcedDetach(ForcedOnTimeout)
+	m.ObserveForcedDetach(cache.ForcedOnTimeout)
 	m.WaitsForDetach.Inc()
 	m.ObserveDroppedEvent("Normal", "queue_full")
 

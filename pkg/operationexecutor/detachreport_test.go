@@ -8,6 +8,8 @@ import (
 	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestDetachLogsItsOutcome: the log says how a detach ended, in one of four
@@ -51,7 +53,7 @@ func TestDetachLogsItsOutcome(t *testing.T) {
 			logCtx, logged := loggingContext(t)
 			ctx, stop := context.WithCancel(logCtx)
 			defer stop()
-			if err := h.exec.Detach(ctx, on, NotForced); err != nil {
+			if err := h.exec.Detach(ctx, on, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.stopped {
@@ -103,7 +105,7 @@ func TestDetachErrorSaysWhyTheWaitForTheObjectEnded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, on := newDetachHarness(t, tc.timeout)
 			detached := make(chan error, 1)
-			go func() { detached <- h.exec.detach(t.Context(), on, NotForced) }()
+			go func() { detached <- h.exec.detach(t.Context(), on, cache.NotForced) }()
 			if tc.observe != nil {
 				h.waitWaiting(t, testVAName)
 				h.exec.ObserveVolumeAttachment(testVAName, tc.observe)

@@ -71,27 +71,32 @@ type Config struct {
 	Timeout time.Duration
 	// Wanted tells whether a pod on the node needs the volume now; a detach is
 	// called off at the last moment if one does.
-	Wanted func(volume volumename.UniqueName, node string) bool
-	// NeededOnNode reads the node's pods from the API server and tells whether
-	// one needs the volume: asked before a forced detach, which an informer that
-	// has not shown a pod just scheduled there must not decide alone.
-	NeededOnNode func(ctx context.Context, volume volumename.UniqueName, node string) (bool, error)
-	// Done is called with the volume when one of its operations ends, so that the
+	Wanted Wanted
+	// Pods reads the node's pods from the API server: asked before a forced
+	// detach, which an informer that has not shown a pod just scheduled there
+	// must not decide alone.
+	Pods PodChecker
+	// Done is given the volume when one of its operations ends, so that the
 	// volume is reconciled again.
-	Done func(volumename.UniqueName)
+	Done VolumeQueue
 }
 
-// ForceReason says why a detach may go ahead while the node may still have the
-// volume mounted (see cache.ForceRule).
-type ForceReason = cache.ForceRule
+// Wanted tells whether a pod on the node needs the volume now, as the informers
+// show the pods (cache.DesiredState).
+type Wanted interface {
+	IsDesired(volume volumename.UniqueName, node string) bool
+}
 
-// The force rules, as the reconciler names them.
-const (
-	NotForced           = cache.NotForced
-	ForceOutOfService   = cache.ForcedOutOfService
-	ForceUnmountTimeout = cache.ForcedOnTimeout
-	ForceShutdown       = cache.ForcedOnShutdown
-)
+// PodChecker reads the node's pods from the API server and tells whether one
+// needs the volume (populator.PodChecker).
+type PodChecker interface {
+	NeededOnNode(ctx context.Context, volume volumename.UniqueName, node string) (bool, error)
+}
+
+// VolumeQueue takes the volumes to reconcile again (the reconciler's queue).
+type VolumeQueue interface {
+	Enqueue(volume volumename.UniqueName)
+}
 
 // HeldError means a single-attach volume cannot be attached because other nodes
 // hold it.
@@ -247,7 +252,7 @@ func (e *Executor) start(key lockKey, node string, k kind, op func() error) {
 		defer e.running.Done()
 		err := op()
 		e.locks.release(key, node, k, err != nil)
-		e.cfg.Done(key.volume)
+		e.cfg.Done.Enqueue(key.volume)
 	}()
 }
 
@@ -447,7 +452,7 @@ func (e *Executor) settleDelete(ctx context.Context, att cache.Attachment, read 
 		e.recordDeleted(ctx, att, outcome)
 	}
 	e.cfg.Actual.SetDeleteUnsettled(att.VolumeAttachment, att.UID, false)
-	e.cfg.Done(att.Volume)
+	e.cfg.Done.Enqueue(att.Volume)
 	return nil
 }
 
@@ -542,7 +547,7 @@ func (e *Executor) settleUnseen(ctx context.Context, name string) {
 // the API server is asked, the detach is called off if the node reports the volume
 // in use once it no longer lists it as attached. It returns ErrPending or a
 // *BackoffError when the operation cannot start now.
-func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReason) error {
+func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) error {
 	key := lockFor(on.Volume, on.Node, on.MultiAttach())
 	if err := e.begin(ctx, key, on.Node, detachKind); err != nil {
 		return err
@@ -567,8 +572,8 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	return nil
 }
 
-func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReason) (err error) {
-	if force == ForceUnmountTimeout && volumename.ReportOnly(on.Volume) {
+func (e *Executor) detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) (err error) {
+	if force == cache.ForcedOnTimeout && volumename.ReportOnly(on.Volume) {
 		// An iSCSI or FC volume is detached by the status write that takes it
 		// out, which may be the next one: the node's pods are read before.
 		if err := e.checkPods(ctx, on); err != nil {
@@ -592,9 +597,9 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 	}
 	if forced {
 		klog.FromContext(ctx).Info("Force-detaching a volume the node may still have mounted", "reason", force)
-		e.cfg.Metrics.ObserveForcedDetach(string(force))
+		e.cfg.Metrics.ObserveForcedDetach(force)
 	}
-	if e.cfg.Wanted(on.Volume, on.Node) {
+	if e.cfg.Wanted.IsDesired(on.Volume, on.Node) {
 		return ErrWanted
 	}
 	// Nothing is detached while the node the API server returned still lists the
@@ -646,7 +651,7 @@ func (e *Executor) detach(ctx context.Context, on cache.OnNode, force ForceReaso
 // and whether only the force rule lets it: kubelet reports a volume in use before
 // it mounts it, and mounts only a volume node status lists as attached, so that
 // node is the last word.
-func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceReason, node *v1.Node) (forced bool, err error) {
+func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force cache.ForceRule, node *v1.Node) (forced bool, err error) {
 	switch {
 	case node == nil:
 		// The node is gone from the API server: its last report is all there is,
@@ -668,7 +673,7 @@ func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceRe
 	case !force.Holds(node):
 		return false, ErrInUse
 	}
-	if force == ForceUnmountTimeout && !volumename.ReportOnly(on.Volume) {
+	if force == cache.ForcedOnTimeout && !volumename.ReportOnly(on.Volume) {
 		if err := e.checkPods(ctx, on); err != nil {
 			return false, err
 		}
@@ -680,7 +685,7 @@ func (e *Executor) mayDetach(ctx context.Context, on cache.OnNode, force ForceRe
 // the end of the wait for unmount, which an informer that has not shown a pod
 // just scheduled there must not decide alone.
 func (e *Executor) checkPods(ctx context.Context, on cache.OnNode) error {
-	needed, err := e.cfg.NeededOnNode(ctx, on.Volume, on.Node)
+	needed, err := e.cfg.Pods.NeededOnNode(ctx, on.Volume, on.Node)
 	if err != nil {
 		return fmt.Errorf("reading the pods of node %s before a forced detach: %w", on.Node, err)
 	}
@@ -694,7 +699,7 @@ func (e *Executor) checkPods(ctx context.Context, on cache.OnNode) error {
 // VolumeAttachment, and tells whether the force rule still lets the volume go:
 // the taint may have been removed, or the node come back, since the detach
 // began, and it deletes the objects of the pair one after the other.
-func (e *Executor) stillForced(ctx context.Context, on cache.OnNode, force ForceReason) error {
+func (e *Executor) stillForced(ctx context.Context, on cache.OnNode, force cache.ForceRule) error {
 	node, err := e.cfg.Client.CoreV1().Nodes().Get(ctx, on.Node, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

@@ -153,8 +153,10 @@ type execHarness struct {
 	// Confirm calls had ended each time it was asked.
 	wanted           bool
 	confirmsAtWanted []int
-	// neededOnNode is what a read of the node's pods from the API server finds.
+	// neededOnNode is what a read of the node's pods from the API server finds,
+	// and readPodsErr its error.
 	neededOnNode bool
+	readPodsErr  error
 	created      []*storagev1.VolumeAttachment
 	deletes      []clienttesting.DeleteAction
 }
@@ -244,19 +246,9 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 		Events:     podevents.NewEmitter(h.recorder),
 		Metrics:    h.metrics,
 		Timeout:    timeout,
-		Wanted: func(volumename.UniqueName, string) bool {
-			confirms := h.status.confirmCount()
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
-			return h.wanted
-		},
-		NeededOnNode: func(context.Context, volumename.UniqueName, string) (bool, error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			return h.neededOnNode, nil
-		},
-		Done: func(v volumename.UniqueName) { h.done <- v },
+		Wanted:     h,
+		Pods:       h,
+		Done:       h,
 	})
 	// Operations run on contexts the tests give them, which end with the test;
 	// the next test starts once they have all ended.
@@ -271,6 +263,26 @@ func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object)
 }
 
 // deleteCount returns how many deletes were sent.
+// IsDesired answers Config.Wanted with h.wanted, recording how many Confirm
+// calls came before.
+func (h *execHarness) IsDesired(volumename.UniqueName, string) bool {
+	confirms := h.status.confirmCount()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.confirmsAtWanted = append(h.confirmsAtWanted, confirms)
+	return h.wanted
+}
+
+// NeededOnNode answers Config.Pods with h.neededOnNode and h.readPodsErr.
+func (h *execHarness) NeededOnNode(context.Context, volumename.UniqueName, string) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.neededOnNode, h.readPodsErr
+}
+
+// Enqueue passes the volume of an ended operation to h.done.
+func (h *execHarness) Enqueue(v volumename.UniqueName) { h.done <- v }
+
 func (h *execHarness) deleteCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -567,7 +579,7 @@ func TestOperationsExclusion(t *testing.T) {
 		t.Errorf("second attach of a single-attach volume = %v, want ErrPending", err)
 	}
 	on := cache.OnNode{Volume: testPV.Name, Node: "node-2", Objects: []cache.Attachment{{Volume: testPV.Name, Node: "node-2", VolumeAttachment: "other"}}}
-	if err := h.exec.Detach(t.Context(), on, NotForced); !errors.Is(err, ErrPending) {
+	if err := h.exec.Detach(t.Context(), on, cache.NotForced); !errors.Is(err, ErrPending) {
 		t.Errorf("detach of a single-attach volume during an attach = %v, want ErrPending", err)
 	}
 	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.IsRunning(testPV.Name, testNode) || !h.anyRunning(testPV.Name) {
@@ -609,7 +621,7 @@ func newDetachHarness(t *testing.T, timeout time.Duration) (*execHarness, cache.
 
 func TestDetachSuccess(t *testing.T) {
 	h, att := newDetachHarness(t, time.Minute)
-	if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
+	if err := h.exec.Detach(t.Context(), att, cache.NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitWaiting(t, testVAName)
@@ -736,7 +748,7 @@ func TestDetachOutcome(t *testing.T) {
 			h, att := newDetachHarness(t, tc.timeout)
 			h.status.err = tc.confirmErr
 			h.deleteErr = tc.deleteErr
-			if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), att, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.observe != nil {
@@ -779,7 +791,7 @@ func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
 	if err := h.vas.Delete(attachedObject()); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.exec.Detach(t.Context(), att, NotForced); err != nil {
+	if err := h.exec.Detach(t.Context(), att, cache.NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitDone(t)
@@ -795,11 +807,11 @@ func TestDetachAlreadyGoneFromTheInformer(t *testing.T) {
 func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		force   ForceReason
+		force   cache.ForceRule
 		deletes int
 	}{
-		{name: "not forced", force: NotForced, deletes: 0},
-		{name: "forced", force: ForceOutOfService, deletes: 1},
+		{name: "not forced", force: cache.NotForced, deletes: 0},
+		{name: "forced", force: cache.ForcedOutOfService, deletes: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, att := newDetachHarness(t, time.Minute)
@@ -811,7 +823,7 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 			if err := h.exec.Detach(t.Context(), att, tc.force); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
-			if tc.force != NotForced {
+			if tc.force != cache.NotForced {
 				h.waitWaiting(t, testVAName)
 				h.exec.ObserveVolumeAttachment(testVAName, nil)
 			}
@@ -822,7 +834,7 @@ func TestDetachCalledOffWhenNodeReportsInUse(t *testing.T) {
 			if deletes != tc.deletes {
 				t.Fatalf("%d deletes, want %d", deletes, tc.deletes)
 			}
-			if tc.force == NotForced {
+			if tc.force == cache.NotForced {
 				if got, _ := h.actual.Get(testPV.Name, testNode); !got.Reported() {
 					t.Errorf("attachment after the called-off detach = %+v, want reported again", got)
 				}

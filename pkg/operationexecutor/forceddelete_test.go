@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestForcedDetachReadsTheNodeBeforeEachDelete: a forced detach judges its rule
@@ -24,7 +26,7 @@ func TestForcedDetachReadsTheNodeBeforeEachDelete(t *testing.T) {
 	unmounted.Status.VolumesInUse = nil
 	tests := []struct {
 		name          string
-		force         ForceReason
+		force         cache.ForceRule
 		before, after *v1.Node
 		// changesAfter is how many deletes are sent before the API server's
 		// node becomes after (-1: never).
@@ -32,12 +34,12 @@ func TestForcedDetachReadsTheNodeBeforeEachDelete(t *testing.T) {
 		wantDeletes  int
 		wantErr      error
 	}{
-		{name: "the rule holds throughout", force: ForceOutOfService, before: inUseNode(false, true), changesAfter: -1, wantDeletes: 2},
-		{name: "the taint removed before the first delete", force: ForceOutOfService, before: inUseNode(false, true), after: inUseNode(false, false), changesAfter: 0, wantErr: ErrInUse},
-		{name: "the taint removed between the deletes of the pair", force: ForceOutOfService, before: inUseNode(false, true), after: inUseNode(false, false), changesAfter: 1, wantDeletes: 1, wantErr: ErrInUse},
-		{name: "the node Ready again between the deletes of the pair", force: ForceUnmountTimeout, before: inUseNode(false, false), after: inUseNode(true, false), changesAfter: 1, wantDeletes: 1, wantErr: ErrInUse},
-		{name: "the node deleted, tainted, between the deletes: its deletion not seen", force: ForceOutOfService, before: inUseNode(false, true), changesAfter: 1, wantDeletes: 1, wantErr: ErrInUse},
-		{name: "the volume unmounted between the deletes of the pair", force: ForceOutOfService, before: inUseNode(false, true), after: unmounted, changesAfter: 1, wantDeletes: 2},
+		{name: "the rule holds throughout", force: cache.ForcedOutOfService, before: inUseNode(false, true), changesAfter: -1, wantDeletes: 2},
+		{name: "the taint removed before the first delete", force: cache.ForcedOutOfService, before: inUseNode(false, true), after: inUseNode(false, false), changesAfter: 0, wantErr: ErrInUse},
+		{name: "the taint removed between the deletes of the pair", force: cache.ForcedOutOfService, before: inUseNode(false, true), after: inUseNode(false, false), changesAfter: 1, wantDeletes: 1, wantErr: ErrInUse},
+		{name: "the node Ready again between the deletes of the pair", force: cache.ForcedOnTimeout, before: inUseNode(false, false), after: inUseNode(true, false), changesAfter: 1, wantDeletes: 1, wantErr: ErrInUse},
+		{name: "the node deleted, tainted, between the deletes: its deletion not seen", force: cache.ForcedOutOfService, before: inUseNode(false, true), changesAfter: 1, wantDeletes: 1, wantErr: ErrInUse},
+		{name: "the volume unmounted between the deletes of the pair", force: cache.ForcedOutOfService, before: inUseNode(false, true), after: unmounted, changesAfter: 1, wantDeletes: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

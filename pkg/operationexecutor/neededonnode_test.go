@@ -1,13 +1,12 @@
 package operationexecutor
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestForcedDetachCalledOffWhenThePodsOfTheNodeCannotBeRead: a detach forced
@@ -19,10 +18,8 @@ func TestForcedDetachCalledOffWhenThePodsOfTheNodeCannotBeRead(t *testing.T) {
 	h, on := newDetachHarness(t, time.Minute)
 	h.informerSeesDeletes = true
 	h.status.node = inUseNode(false, false)
-	h.exec.cfg.NeededOnNode = func(context.Context, volumename.UniqueName, string) (bool, error) {
-		return false, errors.New("the API server did not answer")
-	}
-	err := h.exec.detach(t.Context(), on, ForceUnmountTimeout)
+	h.readPodsErr = errors.New("the API server did not answer")
+	err := h.exec.detach(t.Context(), on, cache.ForcedOnTimeout)
 	if err == nil || !strings.Contains(err.Error(), "reading the pods of node "+testNode) {
 		t.Errorf("detach = %v, want the failed read of the node's pods", err)
 	}

@@ -58,7 +58,7 @@ func TestDetachReportOnly(t *testing.T) {
 	tests := []struct {
 		name     string
 		inUse    bool
-		force    ForceReason
+		force    cache.ForceRule
 		notReady bool
 		// confirmErr makes the node status write fail.
 		confirmErr error
@@ -68,9 +68,9 @@ func TestDetachReportOnly(t *testing.T) {
 		{name: "not in use", wantGone: true},
 		{name: "node status write fails: kept, listed again", confirmErr: errors.New("node status patch refused"), wantShown: true},
 		{name: "in use", inUse: true, wantShown: true},
-		{name: "in use on a node out of service", inUse: true, force: ForceOutOfService, wantGone: true},
-		{name: "in use after the unmount wait on a node not Ready", inUse: true, force: ForceUnmountTimeout, notReady: true, wantGone: true},
-		{name: "in use after the unmount wait on a node Ready again", inUse: true, force: ForceUnmountTimeout, wantShown: true},
+		{name: "in use on a node out of service", inUse: true, force: cache.ForcedOutOfService, wantGone: true},
+		{name: "in use after the unmount wait on a node not Ready", inUse: true, force: cache.ForcedOnTimeout, notReady: true, wantGone: true},
+		{name: "in use after the unmount wait on a node Ready again", inUse: true, force: cache.ForcedOnTimeout, wantShown: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestDetachReportOnly(t *testing.T) {
 			if tc.notReady {
 				h.status.node.Status.Conditions[0].Status = v1.ConditionFalse
 			}
-			if tc.force == ForceOutOfService {
+			if tc.force == cache.ForcedOutOfService {
 				h.status.node.Spec.Taints = []v1.Taint{{Key: cache.OutOfServiceTaint, Effect: v1.TaintEffectNoExecute}}
 			}
 			h.status.err = tc.confirmErr
@@ -117,7 +117,7 @@ func TestDetachReportOnlyNotOverWhileStillListed(t *testing.T) {
 	h.actual.AddReportOnly(testISCSI.Name, testNode, false)
 	h.status.node.Status.VolumesAttached = []v1.AttachedVolume{{Name: v1.UniqueVolumeName(testISCSI.Name)}}
 	on, _ := h.actual.Get(testISCSI.Name, testNode)
-	if err := h.exec.Detach(context.Background(), on, NotForced); err != nil {
+	if err := h.exec.Detach(context.Background(), on, cache.NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitDoneFor(t, testISCSI.Name)
@@ -142,7 +142,7 @@ func TestForcedReportOnlyDetachReadsThePodsBeforeTheStatusWrite(t *testing.T) {
 	h.status.node.Status.Conditions[0].Status = v1.ConditionFalse
 	h.neededOnNode = true
 	on, _ := h.actual.Get(testISCSI.Name, testNode)
-	if err := h.exec.detach(t.Context(), on, ForceUnmountTimeout); !errors.Is(err, ErrWanted) {
+	if err := h.exec.detach(t.Context(), on, cache.ForcedOnTimeout); !errors.Is(err, ErrWanted) {
 		t.Fatalf("detach = %v, want ErrWanted", err)
 	}
 	if n := h.status.confirmCount(); n != 0 {

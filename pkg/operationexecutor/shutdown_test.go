@@ -5,6 +5,11 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestNoOperationStartsOnceShutdownBegan: the controller stops (its context
@@ -43,7 +48,7 @@ func TestNoOperationStartsOnceShutdownBegan(t *testing.T) {
 	t.Run("detach", func(t *testing.T) {
 		h, on := newDetachHarness(t, time.Minute)
 		ctx := shutdown(t, h)
-		if err := h.exec.Detach(ctx, on, NotForced); err == nil {
+		if err := h.exec.Detach(ctx, on, cache.NotForced); err == nil {
 			t.Error("Detach after shutdown started an operation")
 			h.waitDone(t)
 		}
@@ -87,7 +92,7 @@ func TestEitherSignOfTheStopRefusesAnOperation(t *testing.T) {
 				if op == "attach" {
 					err = h.exec.Attach(ctx, testRWX, otherNode, testPods)
 				} else {
-					err = h.exec.Detach(ctx, on, NotForced)
+					err = h.exec.Detach(ctx, on, cache.NotForced)
 				}
 				if !errors.Is(err, ErrStopped) {
 					t.Errorf("%s = %v, want ErrStopped", op, err)
@@ -100,5 +105,49 @@ func TestEitherSignOfTheStopRefusesAnOperation(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestWaitReturnsOnlyAfterRunningOperationsEnd: shutdown waits for the
+// operations that run, and gives up when its own context ends.
+func TestWaitReturnsOnlyAfterRunningOperationsEnd(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	h.informerSeesCreates = true
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatal(err)
+	}
+	h.waitWaiting(t, testVAName)
+
+	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if err := h.exec.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait while an attach runs = %v, want the context's deadline", err)
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- h.exec.Wait(context.Background()) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned %v while the attach runs", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("Wait = %v once the attach ended", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("Wait did not return once the attach ended")
+	}
+	h.waitDone(t)
+	again, cancelAgain := context.WithTimeout(t.Context(), waitLimit)
+	defer cancelAgain()
+	if err := h.exec.Wait(again); err != nil {
+		t.Errorf("Wait with nothing running = %v", err)
 	}
 }

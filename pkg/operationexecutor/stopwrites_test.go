@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestNoDeleteIsSentOnceTheLeaseIsLostDuringTheOneBefore: a detach deletes the
@@ -32,7 +34,7 @@ func TestNoDeleteIsSentOnceTheLeaseIsLostDuringTheOneBefore(t *testing.T) {
 		loseLease()
 		return false, nil, nil
 	})
-	if err := h.exec.Detach(ctx, on, NotForced); err != nil {
+	if err := h.exec.Detach(ctx, on, cache.NotForced); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	h.waitDone(t)

@@ -18,7 +18,7 @@ import (
 // an unmanaged node, the detach took that for a deleted node, and a forced
 // detach went ahead without looking at volumesInUse or the node's pods.
 func TestForcedDetachCalledOffOnANodeNoLongerManaged(t *testing.T) {
-	for _, force := range []ForceReason{NotForced, ForceOutOfService, ForceUnmountTimeout, ForceShutdown} {
+	for _, force := range []cache.ForceRule{cache.NotForced, cache.ForcedOutOfService, cache.ForcedOnTimeout, cache.ForcedOnShutdown} {
 		t.Run(string(force), func(t *testing.T) {
 			h, on := newDetachHarness(t, time.Minute)
 			h.informerSeesDeletes = true

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestADeletedObjectTheInformerNeverShowedIsForgottenOnceGone: the controller's
@@ -38,7 +41,7 @@ func TestADeletedObjectTheInformerNeverShowedIsForgottenOnceGone(t *testing.T) {
 				h.deleteErr, h.deleteApplies, h.getErr = lost, true, lost
 			}
 			on, _ := h.actual.Get(testPV.Name, testNode)
-			if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			h.waitDone(t)
@@ -64,6 +67,88 @@ func TestADeletedObjectTheInformerNeverShowedIsForgottenOnceGone(t *testing.T) {
 			}
 			if holders := h.actual.Holders(testPV.Name, testPV.PVName, "node-2"); len(holders) != 0 {
 				t.Errorf("volume still held by %q once its only object is gone", holders)
+			}
+		})
+	}
+}
+
+// TestDetachNotFoundForgetsAnUnseenObject: deleting an object the controller
+// tried to create and never saw, and learning that it does not exist, settles it:
+// the record goes and stops holding the volume. An object the informer shows is
+// left for the informer to forget.
+func TestDetachNotFoundForgetsAnUnseenObject(t *testing.T) {
+	tests := []struct {
+		name       string
+		setup      func(t *testing.T, h *execHarness)
+		wantUID    types.UID
+		wantForget bool
+	}{
+		{
+			name: "create without an answer",
+			setup: func(t *testing.T, h *execHarness) {
+				h.actual.BeginCreate(testPV.Name, testNode, testVAName, false)
+			},
+			wantForget: true,
+		},
+		{
+			name: "created, never seen",
+			setup: func(t *testing.T, h *execHarness) {
+				h.actual.BeginCreate(testPV.Name, testNode, testVAName, false)
+				h.actual.Created(testVAName, vaUID)
+			},
+			wantUID:    vaUID,
+			wantForget: true,
+		},
+		{
+			name: "seen by the informer, already gone from the API server",
+			setup: func(t *testing.T, h *execHarness) {
+				if err := h.vas.Add(attachedObject()); err != nil {
+					t.Fatal(err)
+				}
+				h.actual.Observe(cache.Observation{Volume: testPV.Name, Node: testNode, VolumeAttachment: testVAName, UID: vaUID, Attached: true})
+			},
+			wantUID: vaUID,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, time.Minute)
+			tc.setup(t, h)
+			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), cache.NotForced); err != nil {
+				t.Fatalf("Detach: %v", err)
+			}
+			if !tc.wantForget {
+				h.waitWaiting(t, testVAName)
+				if _, ok := h.actual.Object(testVAName); !ok {
+					t.Error("an object the informer shows was forgotten on NotFound")
+				}
+				h.exec.ObserveVolumeAttachment(testVAName, nil)
+			}
+			h.waitDone(t)
+			if h.operations("detach", "success") != 1 {
+				t.Error("the detach did not succeed")
+			}
+			h.mu.Lock()
+			deletes := h.deletes
+			h.mu.Unlock()
+			if len(deletes) != 1 {
+				t.Fatalf("%d deletes, want 1", len(deletes))
+			}
+			var gotUID types.UID
+			if pre := deletes[0].GetDeleteOptions().Preconditions; pre != nil && pre.UID != nil {
+				gotUID = *pre.UID
+			}
+			if gotUID != tc.wantUID {
+				t.Errorf("delete precondition uid %q, want %q", gotUID, tc.wantUID)
+			}
+			if !tc.wantForget {
+				return
+			}
+			if _, ok := h.actual.Object(testVAName); ok {
+				t.Error("the unseen object is still recorded after its delete found nothing")
+			}
+			if holders := h.actual.Holders(testPV.Name, testPV.PVName, otherNode); len(holders) != 0 {
+				t.Errorf("holders = %q, want none", holders)
 			}
 		})
 	}

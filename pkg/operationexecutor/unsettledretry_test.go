@@ -41,7 +41,7 @@ func TestUnsettledDeleteIsReadBackByItsOwnRetry(t *testing.T) {
 			h.deleteErr = lost
 			h.deleteApplies = tc.applied
 			h.getErr = lost
-			if err := h.exec.Detach(t.Context(), on, NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), on, cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			h.waitDone(t)

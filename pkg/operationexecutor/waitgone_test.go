@@ -3,6 +3,8 @@ package operationexecutor
 import (
 	"testing"
 	"time"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
 // TestDetachWaitsForWhatTheInformerStillShows: once its delete is accepted, a
@@ -34,7 +36,7 @@ func TestDetachWaitsForWhatTheInformerStillShows(t *testing.T) {
 			if err := h.vas.Add(attachedObject()); err != nil {
 				t.Fatal(err)
 			}
-			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), NotForced); err != nil {
+			if err := h.exec.Detach(t.Context(), h.onNode(t, testNode), cache.NotForced); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if tc.wantWait {

@@ -2,7 +2,9 @@
 // that has a node and is not terminated, the attachable CSI volumes it needs,
 // reached through its claims, generic ephemeral volumes, PersistentVolumes and
 // in-tree volumes translated to CSI. It also knows which pods a change to a claim, a
-// PersistentVolume or a CSIDriver affects, so that exactly those are re-evaluated.
+// PersistentVolume or a CSIDriver affects, so that exactly those are re-evaluated,
+// and, through PodChecker, whether a node's pods as the API server lists them
+// need a volume.
 package populator
 
 import (
@@ -77,7 +79,7 @@ type Populator struct {
 	desired    *cache.DesiredState
 	translator csitranslation.CSITranslator
 	// changed receives the volumes whose desired state changed.
-	changed func(volumename.UniqueName)
+	changed VolumeQueue
 	queue   workqueue.TypedRateLimitingInterface[string]
 
 	mu           sync.Mutex
@@ -85,8 +87,14 @@ type Populator struct {
 	driversByPod map[string][]string
 }
 
+// VolumeQueue takes the volumes whose desired state changed (the reconciler's
+// queue).
+type VolumeQueue interface {
+	Enqueue(volume volumename.UniqueName)
+}
+
 // New returns a Populator that records into desired and reports changed volumes.
-func New(listers Listers, desired *cache.DesiredState, changed func(volumename.UniqueName)) *Populator {
+func New(listers Listers, desired *cache.DesiredState, changed VolumeQueue) *Populator {
 	return &Populator{
 		listers:    listers,
 		desired:    desired,
@@ -108,7 +116,9 @@ func (p *Populator) ShutDown() { p.queue.ShutDown() }
 
 // Run re-evaluates queued pods with the given number of workers until ctx ends.
 func (p *Populator) Run(ctx context.Context, workers int) {
-	keyworkers.Run(ctx, p.queue, workers, "pod", p.SyncPod)
+	keyworkers.Run(ctx, p.queue, workers, "pod", func(ctx context.Context, key string) (time.Duration, error) {
+		return 0, p.SyncPod(ctx, key)
+	})
 }
 
 // Drain re-evaluates, now, every pod queued so far: at start-up, before the first
@@ -223,7 +233,7 @@ func (p *Populator) setDrivers(podKey string, drivers []string) {
 
 func (p *Populator) report(changed []volumename.UniqueName) {
 	for _, name := range changed {
-		p.changed(name)
+		p.changed.Enqueue(name)
 	}
 }
 

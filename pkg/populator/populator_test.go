@@ -50,12 +50,15 @@ func newWorld(t *testing.T, objs ...any) *world {
 		Claims:     corelisters.NewPersistentVolumeClaimLister(w.claims),
 		PVs:        corelisters.NewPersistentVolumeLister(w.pvs),
 		Drivers:    storagelisters.NewCSIDriverLister(w.drivers),
-	}, w.desired, func(name volumename.UniqueName) { w.changed = append(w.changed, name) })
+	}, w.desired, w)
 	for _, obj := range objs {
 		w.add(t, obj)
 	}
 	return w
 }
+
+// Enqueue records a volume whose desired state changed.
+func (w *world) Enqueue(name volumename.UniqueName) { w.changed = append(w.changed, name) }
 
 func (w *world) indexer(t *testing.T, obj any) toolscache.Indexer {
 	t.Helper()

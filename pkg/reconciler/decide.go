@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -81,7 +80,7 @@ type Decision struct {
 	Code ReasonCode
 	// Force names the rule that lets a detach go ahead while the node may still
 	// have the volume mounted.
-	Force operationexecutor.ForceReason
+	Force cache.ForceRule
 	// At is when the rules were applied.
 	At time.Time
 	// WaitStarted is when the wait for unmount began; ForceAt is when a force
@@ -211,10 +210,10 @@ func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Tim
 		d.Code = ReasonNotInUse
 		return d
 	case node.OutOfService:
-		d.Force, d.Code = operationexecutor.ForceOutOfService, ReasonOutOfService
+		d.Force, d.Code = cache.ForcedOutOfService, ReasonOutOfService
 		return d
 	case r.cfg.DetachOnShutdownTaint && node.Shutdown && !node.Ready:
-		d.Force, d.Code = operationexecutor.ForceShutdown, ReasonShutdown
+		d.Force, d.Code = cache.ForcedOnShutdown, ReasonShutdown
 		return d
 	}
 	d.WaitStarted = waitStarted()
@@ -235,7 +234,7 @@ func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Tim
 		d.Action, d.Code = ActionWait, ReasonMountedOnReadyNode
 		return d
 	}
-	d.Force, d.Code = operationexecutor.ForceUnmountTimeout, ReasonMountedTimedOut
+	d.Force, d.Code = cache.ForcedOnTimeout, ReasonMountedTimedOut
 	return d
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -80,23 +79,23 @@ func TestDecisionReasons(t *testing.T) {
 		// startUnknown: a snapshot, which cannot know when the wait began.
 		startUnknown bool
 		wantAction   Action
-		wantForce    operationexecutor.ForceReason
+		wantForce    cache.ForceRule
 		wantReason   string
 	}{
 		{name: "waiting, node NotReady", on: attached, node: notReady, now: start.Add(3*time.Minute + 2*time.Second), wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; node-a is NotReady; force detach at 12:07:07 if it is not Ready then, in 2m58s"},
 		{name: "wait over, node Ready", on: attached, node: mounted, now: start.Add(7 * time.Minute), wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over but node-a is Ready, so it is not force-detached"},
-		{name: "wait over, node NotReady", on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionDetach, wantForce: operationexecutor.ForceUnmountTimeout,
+		{name: "wait over, node NotReady", on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionDetach, wantForce: cache.ForcedOnTimeout,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over and node-a is NotReady: force-detached"},
 		{name: "snapshot, wait start unknown", on: attached, node: notReady, now: start.Add(time.Hour), startUnknown: true, wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it; node-a is NotReady; force detach 6m0s after the wait began if it is not Ready then (when the wait began is known only to the leader: --from-leader)"},
 		{name: "driver policy never", cfg: Config{UnmountPolicy: UnmountPolicy{Default: DriverUnmountPolicy{MaxWait: 6 * time.Minute}, PerDriver: map[string]DriverUnmountPolicy{"d": {NeverForce: true}}}},
 			on: attached, node: notReady, now: start.Add(time.Hour), wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; force detach on timeout is off (policy of d)"},
-		{name: "out of service", on: attached, node: tainted, now: start, wantAction: ActionDetach, wantForce: operationexecutor.ForceOutOfService,
+		{name: "out of service", on: attached, node: tainted, now: start, wantAction: ActionDetach, wantForce: cache.ForcedOutOfService,
 			wantReason: "node node-a has the node.kubernetes.io/out-of-service taint: detached although it may still be mounted"},
-		{name: "shutdown, opted in", cfg: Config{DetachOnShutdownTaint: true}, on: attached, node: shut, now: start, wantAction: ActionDetach, wantForce: operationexecutor.ForceShutdown,
+		{name: "shutdown, opted in", cfg: Config{DetachOnShutdownTaint: true}, on: attached, node: shut, now: start, wantAction: ActionDetach, wantForce: cache.ForcedOnShutdown,
 			wantReason: "node node-a has the node.cloudprovider.kubernetes.io/shutdown taint and is not Ready: detached although it may still be mounted"},
 		{name: "not mounted", on: attached, node: cache.Node{Name: "node-a", Presence: cache.NodePresent, Managed: true}, now: start, wantAction: ActionDetach,
 			wantReason: "no pod on node-a needs it and kubelet does not report it in use"},

@@ -14,12 +14,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/keyworkers"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
@@ -32,7 +31,7 @@ type Executor interface {
 	// when another node holds a single-attach volume, and with a
 	// *operationexecutor.HoldersUnknownError when that is not known.
 	Attach(ctx context.Context, vol cache.Volume, node string, pods []cache.PodRef) error
-	Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error
+	Detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) error
 	IsRunning(volume volumename.UniqueName, node string) bool
 	// AttachObserved tells the executor that the volume is attached to the node,
 	// so that an attach that had failed (timed out, attachError) and then
@@ -63,7 +62,7 @@ type Config struct {
 // Reconciler reconciles volumes taken from its work queue.
 type Reconciler struct {
 	cfg   Config
-	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
+	queue workqueue.TypedRateLimitingInterface[volumename.UniqueName]
 }
 
 // New returns a Reconciler.
@@ -73,8 +72,11 @@ func New(cfg Config) *Reconciler {
 	}
 	return &Reconciler{
 		cfg: cfg,
-		queue: workqueue.NewTypedDelayingQueueWithConfig(
-			workqueue.TypedDelayingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
+		// The queue is a rate-limiting one, as keyworkers runs every queue of the
+		// controller; Sync returns no error, so its rate limiter is not asked.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[volumename.UniqueName](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
 	}
 }
 
@@ -89,39 +91,19 @@ func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
 
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
-	r.run(ctx, workers, r.Sync)
+	keyworkers.Run(ctx, r.queue, workers, "volume", func(ctx context.Context, name volumename.UniqueName) (time.Duration, error) {
+		return r.Sync(ctx, name), nil
+	})
 }
 
 // RunShadow decides for queued volumes as Run does, and hands the decisions to
 // observe instead of acting on them, until ctx ends.
 func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
-	r.run(ctx, workers, func(_ context.Context, name volumename.UniqueName) time.Duration {
+	keyworkers.Run(ctx, r.queue, workers, "volume", func(_ context.Context, name volumename.UniqueName) (time.Duration, error) {
 		decisions := r.decisions(name, waitsKept)
 		observe(name, decisions)
-		return forceDue(decisions).after
+		return forceDue(decisions).after, nil
 	})
-}
-
-func (r *Reconciler) run(ctx context.Context, workers int, sync func(context.Context, volumename.UniqueName) time.Duration) {
-	defer r.queue.ShutDown()
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { r.work(ctx, sync) }, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (r *Reconciler) work(ctx context.Context, sync func(context.Context, volumename.UniqueName) time.Duration) {
-	for {
-		name, shutdown := r.queue.Get()
-		if shutdown {
-			return
-		}
-		interleave.At(ctx, "volume", name)
-		if after := sync(ctx, name); after > 0 {
-			r.queue.AddAfter(name, after)
-		}
-		r.queue.Done(name)
-	}
 }
 
 // Sync reconciles one volume across all nodes and returns when it should be looked
@@ -182,7 +164,7 @@ func (r *Reconciler) act(ctx context.Context, desired cache.DesiredVolume, on *c
 	case !d.Wanted && d.Action == ActionWait:
 		logger.V(4).Info("Not detaching yet", "node", d.Node, "reason", d.Reason())
 	case !d.Wanted && d.Action == ActionDetach:
-		if d.Force != operationexecutor.NotForced {
+		if d.Force != cache.NotForced {
 			logger.Info("Detaching a volume the node may still have mounted", "node", d.Node, "force", d.Force,
 				"reason", d.Reason(), "maxWaitForUnmount", d.Policy, "policyOf", cmp.Or(d.PolicyDriver, "default"))
 		}

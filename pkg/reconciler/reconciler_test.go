@@ -38,11 +38,11 @@ const maxWait = 6 * time.Minute
 type call struct {
 	op    string
 	node  string
-	force operationexecutor.ForceReason
+	force cache.ForceRule
 }
 
 func (c call) String() string {
-	if c.force != operationexecutor.NotForced {
+	if c.force != cache.NotForced {
 		return c.op + "@" + c.node + "(" + string(c.force) + ")"
 	}
 	return c.op + "@" + c.node
@@ -50,7 +50,7 @@ func (c call) String() string {
 
 func attachOn(node string) call { return call{op: "attach", node: node} }
 func detachOn(node string) call { return call{op: "detach", node: node} }
-func forceDetachOn(node string, reason operationexecutor.ForceReason) call {
+func forceDetachOn(node string, reason cache.ForceRule) call {
 	return call{op: "detach", node: node, force: reason}
 }
 
@@ -87,7 +87,7 @@ func (e *executor) Attach(ctx context.Context, vol cache.Volume, node string, po
 	return e.record(attachOn(node), e.Executor.Attach(ctx, vol, node, pods))
 }
 
-func (e *executor) Detach(ctx context.Context, on cache.OnNode, force operationexecutor.ForceReason) error {
+func (e *executor) Detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) error {
 	if err := e.injected(); err != nil {
 		return err
 	}
@@ -241,11 +241,9 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 		Events:  podevents.NewEmitter(record.NewFakeRecorder(100)),
 		Metrics: metrics.New(),
 		Timeout: opts.timeout,
-		Wanted:  h.desired.IsDesired,
-		NeededOnNode: func(_ context.Context, v volumename.UniqueName, node string) (bool, error) {
-			return h.desired.IsDesired(v, node), nil
-		},
-		Done: func(volumename.UniqueName) { h.ended.Add(1) },
+		Wanted:  h.desired,
+		Pods:    desiredPods{h.desired},
+		Done:    endedCounter{&h.ended},
 	})}
 	h.r = reconciler.New(reconciler.Config{
 		Desired:    h.desired,
@@ -276,6 +274,19 @@ func newHarnessWith(t *testing.T, opts harnessOpts) *harness {
 func (h *harness) sync(vol cache.Volume) time.Duration { return h.r.Sync(h.ctx, vol.Name) }
 
 func (h *harness) events() []string { return fakeevents.Drain(h.recorder) }
+
+// desiredPods answers the executor's read of a node's pods from the desired
+// state: in these tests the API server holds the pods the informer shows.
+type desiredPods struct{ desired *cache.DesiredState }
+
+func (p desiredPods) NeededOnNode(_ context.Context, v volumename.UniqueName, node string) (bool, error) {
+	return p.desired.IsDesired(v, node), nil
+}
+
+// endedCounter counts the operations that have ended.
+type endedCounter struct{ n *atomic.Int64 }
+
+func (c endedCounter) Enqueue(volumename.UniqueName) { c.n.Add(1) }
 
 // waitIdle waits until every operation started has ended. (Executor.Wait is
 // for shutdown: no operation starts after it.)
@@ -439,7 +450,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOnTimeout)},
 		},
 		{
 			name: "mounted on a NotReady node, just before the maximum wait: no detach yet",
@@ -467,7 +478,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, 30 * time.Second},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOnTimeout)},
 		},
 		{
 			name:      "driver that must never force detach: waits past the default",
@@ -486,7 +497,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOnTimeout)},
 		},
 		{
 			name:               "driver with a wait of its own, force detach disabled for all: no detach",
@@ -505,7 +516,7 @@ func TestSyncRules(t *testing.T) {
 				h.node("node-a", mounting(rwo), shutdown, notReady)
 				h.attachment(rwo, "node-a", true)
 			},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceShutdown)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOnShutdown)},
 		},
 		{
 			name:                  "shutdown taint on a Ready node, opted in: wait",
@@ -530,7 +541,7 @@ func TestSyncRules(t *testing.T) {
 				h.node("node-a", mounting(rwo), outOfService)
 				h.attachment(rwo, "node-a", true)
 			},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceOutOfService)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOutOfService)},
 		},
 		{
 			name: "out-of-service NotReady node: out-of-service, no wait",
@@ -538,7 +549,7 @@ func TestSyncRules(t *testing.T) {
 				h.node("node-a", mounting(rwo), outOfService, notReady)
 				h.attachment(rwo, "node-a", true)
 			},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceOutOfService)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOutOfService)},
 		},
 		{
 			name:               "out-of-service node, force detach on timeout disabled: still detached at once",
@@ -547,7 +558,7 @@ func TestSyncRules(t *testing.T) {
 				h.node("node-a", mounting(rwo), outOfService)
 				h.attachment(rwo, "node-a", true)
 			},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceOutOfService)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOutOfService)},
 		},
 		{
 			name: "out-of-service node, not mounted: not forced",
@@ -582,7 +593,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOnTimeout)},
 		},
 		{
 			name: "deleted node whose pod still exists: keep",
@@ -600,7 +611,7 @@ func TestSyncRules(t *testing.T) {
 				h.attachment(rwo, "node-a", true)
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantCalls: []call{forceDetachOn("node-a", operationexecutor.ForceUnmountTimeout)},
+			wantCalls: []call{forceDetachOn("node-a", cache.ForcedOnTimeout)},
 		},
 		{
 			name: "unmanaged node, not desired: no detach",

@@ -201,11 +201,11 @@ func (u *Updater) ShutDown() {
 // Run writes queued nodes with the given number of workers until ctx ends.
 func (u *Updater) Run(ctx context.Context, workers int) {
 	defer u.ShutDown()
-	keyworkers.Run(ctx, u.queue, workers, "node", func(ctx context.Context, node string) error {
+	keyworkers.Run(ctx, u.queue, workers, "node", func(ctx context.Context, node string) (time.Duration, error) {
 		if !u.due(node) {
-			return nil
+			return 0, nil
 		}
-		return u.write(ctx, node)
+		return 0, u.write(ctx, node)
 	})
 }
 

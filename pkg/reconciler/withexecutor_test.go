@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/operationexecutor"
 )
 
 // The tests in this file run the reconciler with the real executor on a fake API
@@ -176,14 +175,14 @@ func TestStaleNodeDoesNotForceTheDetach(t *testing.T) {
 		informer  []nodeOpt
 		fresh     func(n *v1.Node)
 		syncAt    []time.Duration
-		wantForce operationexecutor.ForceReason
+		wantForce cache.ForceRule
 	}{
 		{
 			name:      "out-of-service taint removed",
 			informer:  []nodeOpt{mounting(rwo), outOfService, notReady},
 			fresh:     func(n *v1.Node) { n.Spec.Taints = nil },
 			syncAt:    []time.Duration{0},
-			wantForce: operationexecutor.ForceOutOfService,
+			wantForce: cache.ForcedOutOfService,
 		},
 		{
 			name:     "NotReady node Ready again",
@@ -192,7 +191,7 @@ func TestStaleNodeDoesNotForceTheDetach(t *testing.T) {
 				n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}
 			},
 			syncAt:    []time.Duration{0, maxWait},
-			wantForce: operationexecutor.ForceUnmountTimeout,
+			wantForce: cache.ForcedOnTimeout,
 		},
 	}
 	for _, tc := range tests {
@@ -233,10 +232,10 @@ func TestForcedDetachDeletesOnTheNodeTheAPIServerConfirms(t *testing.T) {
 		name      string
 		informer  []nodeOpt
 		syncAt    []time.Duration
-		wantForce operationexecutor.ForceReason
+		wantForce cache.ForceRule
 	}{
-		{"out-of-service", []nodeOpt{mounting(rwo), outOfService}, []time.Duration{0}, operationexecutor.ForceOutOfService},
-		{"NotReady past the maximum wait", []nodeOpt{mounting(rwo), notReady}, []time.Duration{0, maxWait}, operationexecutor.ForceUnmountTimeout},
+		{"out-of-service", []nodeOpt{mounting(rwo), outOfService}, []time.Duration{0}, cache.ForcedOutOfService},
+		{"NotReady past the maximum wait", []nodeOpt{mounting(rwo), notReady}, []time.Duration{0, maxWait}, cache.ForcedOnTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, false)

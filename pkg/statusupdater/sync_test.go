@@ -79,3 +79,16 @@ func TestSyncIgnoresCopiesOlderThanTheLastWrite(t *testing.T) {
 		})
 	}
 }
+
+// Writing for a node that is gone must not leave a record of it behind: with
+// nodes coming and going (autoscaling), such records would pile up.
+func TestSyncForgetsNodesThatAreGone(t *testing.T) {
+	h := newHarness(t, nil)
+	h.attach(volA, true)
+	if err := h.updater.Sync(context.Background(), nodeName); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.updater.RecordedNodes(); n != 0 {
+		t.Errorf("RecordedNodes() = %d after writing for a node that does not exist, want 0", n)
+	}
+}
