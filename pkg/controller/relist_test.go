@@ -112,14 +112,7 @@ func TestNoSingleAttachAttachWhileTheInformerCannotList(t *testing.T) {
 	}
 
 	vol := volumename.CSI(testDriver, "vol-1")
-	decisionOnA := func() reconciler.Decision {
-		for _, d := range c.reconciler.Explain(vol, true) {
-			if d.Node == "node-a" {
-				return d
-			}
-		}
-		return reconciler.Decision{}
-	}
+	decisionOnA := func() reconciler.Decision { return liveDecision(c, vol, "node-a") }
 	if !eventually(10*time.Second, func() bool {
 		d := decisionOnA()
 		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason(), "stopped watching")
@@ -173,14 +166,7 @@ func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	vol := volumename.CSI(testDriver, "vol-1")
-	decisionOnA := func() reconciler.Decision {
-		for _, d := range c.reconciler.Explain(vol, true) {
-			if d.Node == "node-a" {
-				return d
-			}
-		}
-		return reconciler.Decision{}
-	}
+	decisionOnA := func() reconciler.Decision { return liveDecision(c, vol, "node-a") }
 	waits := func() bool {
 		d := decisionOnA()
 		return d.Action == reconciler.ActionWait && strings.Contains(d.Reason(), "stopped watching")
@@ -288,4 +274,15 @@ func TestAProofEndsOnlyWithoutALapseSinceItBegan(t *testing.T) {
 	if !r.ifNoLapseSince(now, func() { ran = true }) || !ran {
 		t.Error("a proof with no lapse since it began did not end")
 	}
+}
+
+// liveDecision returns what the running controller decides about the volume on
+// the node, as explain shows it (empty when it decides nothing there).
+func liveDecision(c *Controller, vol volumename.UniqueName, node string) reconciler.Decision {
+	for _, d := range c.reconciler.Explain(vol, true) {
+		if d.Node == node {
+			return d
+		}
+	}
+	return reconciler.Decision{}
 }
