@@ -245,7 +245,6 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 			PerDriver:  opts.MaxWaitForUnmountPerDriver,
 		},
 		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
-		Pods:                  inf.podGaps,
 	})
 	c.attachments = c.newAttachments(inf.attachments.Lister())
 	err = m.RegisterState(metrics.StateSource{

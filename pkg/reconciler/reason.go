@@ -61,9 +61,6 @@ const (
 	ReasonMountedOnReadyNode
 	// ReasonMountedTimedOut: the wait is over and the node is not Ready.
 	ReasonMountedTimedOut
-	// ReasonPodsNotWatched: the volume is in use, and the pod informer's watch
-	// failed and it has not listed again: the wait for unmount counts from then.
-	ReasonPodsNotWatched
 )
 
 // Reason words the decision for an operator: explain, the logs and the shadow
@@ -114,8 +111,6 @@ func (d Decision) Reason() string {
 		return fmt.Sprintf("%s; the %s wait%s is over but %s is Ready, so it is not force-detached", d.mounted(), d.Policy, d.policyOf(), d.Node)
 	case ReasonMountedTimedOut:
 		return fmt.Sprintf("%s; the %s wait%s is over and %s is NotReady: force-detached", d.mounted(), d.Policy, d.policyOf(), d.Node)
-	case ReasonPodsNotWatched:
-		return d.mounted() + "; the pod informer stopped watching and has not listed again: pods it does not show may need the volume, so the wait for unmount counts from when it lists again"
 	}
 	return fmt.Sprintf("reason %d", d.Code)
 }

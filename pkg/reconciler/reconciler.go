@@ -56,16 +56,7 @@ type Config struct {
 	// DetachOnShutdownTaint lets a node that is not Ready and carries the cloud
 	// provider's shutdown taint lose its volumes at once, as if out of service.
 	DetachOnShutdownTaint bool
-	// Pods tells whether the pod informer shows what happens, and since when
-	// (nil: always).
-	Pods PodView
-	Now  func() time.Time
-}
-
-// PodView tells whether the pod informer shows what happens: false after its
-// watch failed until it lists again, and since when it does.
-type PodView interface {
-	WatchingSince() (since time.Time, watching bool)
+	Now                   func() time.Time
 }
 
 // Reconciler reconciles volumes taken from its work queue.

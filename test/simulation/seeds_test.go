@@ -66,12 +66,6 @@ var regressionSeeds = []struct {
 	// object, the one kubelet waits for, was never created again. Failed 19 of
 	// 20 runs before, 0 of 20 after.
 	{"a copy of a VolumeAttachment stands for the controller's own", 46886},
-	// The pod informer's watch expired and it did not list again for 18 s; pods
-	// created on a node meanwhile needed a volume and were gone before it
-	// listed. The wait for unmount had counted from before them, and the volume
-	// was force-detached from the deleted node 18 s after the last of them went,
-	// with a 30 s wait. Failed 21 of 200 runs before, 0 of 200 after.
-	{"the wait for unmount counted on a pod informer that was not watching", 19771},
 	// The VolumeAttachment informer's watch expired and it listed again only
 	// after its back-off, or its lists failed; another tool's copy made
 	// meanwhile held an RWO volume on one node while the controller attached it
