@@ -176,8 +176,11 @@ func NewActualState() *ActualState {
 func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forgetUnresolvedLocked(o.VolumeAttachment)
 	att := s.objects[o.VolumeAttachment]
+	if att != nil && olderThanCreate(*att, o) {
+		return false
+	}
+	s.forgetUnresolvedLocked(o.VolumeAttachment)
 	if att != nil && (att.Volume != o.Volume || att.Node != o.Node) {
 		nodeStatusChanged = s.removeLocked(att)
 		att = nil
@@ -207,6 +210,23 @@ func (s *ActualState) Observe(o Observation) (nodeStatusChanged bool) {
 	s.objects[o.VolumeAttachment] = att
 	p.objects[o.VolumeAttachment] = att
 	return nodeStatusChanged || wasReported != p.reported()
+}
+
+// olderThanCreate tells whether the informer shows an object that the
+// controller's create of that name, not yet seen, followed: a create succeeds
+// only once an older object of its name is gone, and an informer that lags may
+// show the older one's last events after the create. The create's answer names
+// its object's UID; without an answer, an object being deleted is taken for an
+// older one, and the record stands for the create until a read or the informer
+// settles it.
+func olderThanCreate(att Attachment, o Observation) bool {
+	if att.Seen {
+		return false
+	}
+	if att.UID != "" {
+		return o.UID != att.UID
+	}
+	return o.Deleting
 }
 
 // BeginCreate records, before the controller sends the create, that the

@@ -636,3 +636,55 @@ func TestHideForDetachRecordsTheForceRule(t *testing.T) {
 		t.Errorf("DetachForce = %q, %t; want %q, true", rule, hidden, cache.ForcedOnTimeout)
 	}
 }
+
+// TestAnOlderObjectsLateEventsLeaveTheCreateRecorded: a create of a name succeeds
+// only once the older object of that name is gone, but an informer that lags may
+// show that older object's last events after the create. They must not take the
+// place of the create's record: forgetting the older object would then forget
+// the create, and a single-attach volume would look free (soak seed 48060).
+func TestAnOlderObjectsLateEventsLeaveTheCreateRecorded(t *testing.T) {
+	older := observation(volA, "node-1", true)
+	older.UID = "uid-older"
+	olderDeleting := older
+	olderDeleting.Deleting = true
+	tests := []struct {
+		name     string
+		answered types.UID
+		events   []cache.Observation
+		wantUID  types.UID
+		wantSeen bool
+	}{
+		{name: "the create's answer names another UID", answered: "uid-new", events: []cache.Observation{older}, wantUID: "uid-new"},
+		{name: "the create's answer names another UID, the older one being deleted", answered: "uid-new", events: []cache.Observation{olderDeleting}, wantUID: "uid-new"},
+		{name: "no answer, an object being deleted", events: []cache.Observation{olderDeleting}},
+		{name: "no answer, an object not being deleted is taken for the create's", events: []cache.Observation{older}, wantSeen: true},
+		{name: "the create's own object", answered: "uid-older", events: []cache.Observation{older}, wantSeen: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cache.NewActualState()
+			s.BeginCreate(volA.Name, "node-1", older.VolumeAttachment, false)
+			if tc.answered != "" {
+				s.Created(older.VolumeAttachment, tc.answered)
+			}
+			for _, o := range tc.events {
+				s.Observe(o)
+			}
+			s.Forget(older.VolumeAttachment, older.UID)
+			if tc.wantSeen {
+				// The object the create made is gone: nothing holds the volume.
+				if got := s.Holders(volA.Name, "", "node-2"); len(got) != 0 {
+					t.Errorf("Holders() = %q after its own object went, want none", got)
+				}
+				return
+			}
+			att, ok := s.Object(older.VolumeAttachment)
+			if !ok || att.UID != tc.wantUID || att.Seen != tc.wantSeen {
+				t.Fatalf("Object() = %+v, %t; want the create's record, UID %q, seen %t", att, ok, tc.wantUID, tc.wantSeen)
+			}
+			if got, want := s.Holders(volA.Name, "", "node-2"), []string{"node-1"}; !slices.Equal(got, want) {
+				t.Errorf("Holders() = %q, want %q: the create's object may exist", got, want)
+			}
+		})
+	}
+}

@@ -245,6 +245,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 			PerDriver:  opts.MaxWaitForUnmountPerDriver,
 		},
 		DetachOnShutdownTaint: opts.DetachOnShutdownTaint,
+		Pods:                  inf.podGaps,
 	})
 	c.attachments = c.newAttachments(inf.attachments.Lister())
 	err = m.RegisterState(metrics.StateSource{
@@ -313,6 +314,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	defer c.status.ShutDown()
 	defer c.deletedNodes.ShutDown()
 	c.attachmentWatches.follow(0, c.markIncomplete(ctx))
+	c.informers.podGaps.follow(c.judgeWaitsAgain)
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {

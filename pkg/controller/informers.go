@@ -29,6 +29,8 @@ type informerSet struct {
 	attachments storageinformers.VolumeAttachmentInformer
 	// attachmentWatches records the lapses of the attachments informer.
 	attachmentWatches *watchRecord
+	// podGaps records the gaps in what the pod informer shows.
+	podGaps *podGaps
 }
 
 // StartInformers requests the controller's informers from the factory and starts
@@ -49,8 +51,14 @@ func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 	if err != nil {
 		return informerSet{}, err
 	}
+	// So is the pod informer, with the record of its gaps.
+	recordedPods, err := podInformer(f)
+	if err != nil {
+		return informerSet{}, err
+	}
 	s := informerSet{
 		pods:              f.Core().V1().Pods(),
+		podGaps:           recordedPods.gaps,
 		nodes:             f.Core().V1().Nodes(),
 		claims:            f.Core().V1().PersistentVolumeClaims(),
 		pvs:               f.Core().V1().PersistentVolumes(),

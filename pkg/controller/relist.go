@@ -153,7 +153,7 @@ func (r *watchRecord) ifNoLapseSince(lapses uint64, fn func()) bool {
 }
 
 // recordedWatch passes a watch's events on and tells its record when it ends:
-// at an error event, or when its channel closes, whichever comes first.
+// at an error event (errored), or when its channel closes, whichever comes first.
 type recordedWatch struct {
 	inner  watch.Interface
 	events chan watch.Event
@@ -161,15 +161,15 @@ type recordedWatch struct {
 	once   sync.Once
 }
 
-func newRecordedWatch(inner watch.Interface, ended func()) *recordedWatch {
+func newRecordedWatch(inner watch.Interface, ended func(errored bool)) *recordedWatch {
 	w := &recordedWatch{inner: inner, events: make(chan watch.Event), stop: make(chan struct{})}
 	go func() {
 		defer close(w.events)
 		var endOnce sync.Once
-		defer endOnce.Do(ended)
+		defer endOnce.Do(func() { ended(false) })
 		for ev := range inner.ResultChan() {
 			if ev.Type == watch.Error {
-				endOnce.Do(ended)
+				endOnce.Do(func() { ended(true) })
 			}
 			select {
 			case w.events <- ev:
@@ -224,7 +224,7 @@ func newRecordedInformer(client kubernetes.Interface, resync time.Duration) tool
 				return nil, err
 			}
 			// An end at shutdown is no lapse: nothing decides any more.
-			return newRecordedWatch(w, func() {
+			return newRecordedWatch(w, func(bool) {
 				if ctx.Err() == nil {
 					record.watchEnded(n)
 				}

@@ -328,13 +328,16 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 	waitCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	// The informer may not have seen the object just created: nil means "not yet"
-	// until it has been seen, and "deleted" after.
+	// until it has been seen, and "deleted" after. Before it has been seen, an
+	// object of another UID than the create's answer is an older one the informer
+	// still shows.
+	own, _ := e.cfg.Actual.Object(name)
 	seen := false
 	err := e.waiter.wait(waitCtx, name, e.current(name), func(va *storagev1.VolumeAttachment) (bool, error) {
 		switch {
-		case va == nil && !seen:
+		case (va == nil || own.UID != "" && va.UID != own.UID) && !seen:
 			return false, nil
-		case va == nil:
+		case va == nil || own.UID != "" && va.UID != own.UID:
 			return true, fmt.Errorf("VolumeAttachment %s was deleted before it was attached", name)
 		case va.DeletionTimestamp != nil:
 			return true, fmt.Errorf("VolumeAttachment %s is being deleted", name)

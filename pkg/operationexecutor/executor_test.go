@@ -893,3 +893,31 @@ func TestAttachWaitsWhileTheStateMayLackAVolumeAttachment(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachWaitsPastAnOlderObjectOfItsName: an informer that lags may still
+// hold an older object of the name the attach has just created, being deleted.
+// That object is not the attach's: the attach waits for its own (soak seed
+// 48060, where it failed the attach, and an attach to another node followed).
+func TestAttachWaitsPastAnOlderObjectOfItsName(t *testing.T) {
+	h := newExecHarness(t, time.Minute)
+	older := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: testVAName, UID: "uid-older", DeletionTimestamp: &metav1.Time{Time: time.Now()}}}
+	if err := h.vas.Add(older); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	h.waitWaiting(t, testVAName)
+	h.exec.ObserveVolumeAttachment(testVAName, older)
+	h.exec.ObserveVolumeAttachment(testVAName, nil)
+	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.waitDone(t)
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
+	if got := h.events(); !slices.Equal(got, []string{want}) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+}

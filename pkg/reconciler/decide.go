@@ -225,7 +225,12 @@ func (r *Reconciler) decideDetach(on cache.OnNode, node cache.Node, now time.Tim
 		d.Action, d.Code = ActionWait, ReasonMountedSinceUnknown
 		return d
 	}
-	d.ForceAt = d.WaitStarted.Add(d.Policy.MaxWait)
+	seenSince, watching := r.podsWatchingSince()
+	if !watching {
+		d.Action, d.Code = ActionWait, ReasonPodsNotWatched
+		return d
+	}
+	d.ForceAt = later(d.WaitStarted, seenSince).Add(d.Policy.MaxWait)
 	if now.Before(d.ForceAt) {
 		d.Action, d.Code = ActionWait, ReasonMounted
 		return d
@@ -276,4 +281,21 @@ func detachError(on cache.OnNode) string {
 		}
 	}
 	return ""
+}
+
+// podsWatchingSince tells whether the pod informer shows what happens, and since
+// when: a wait for unmount counts no earlier, since pods it did not show may have
+// needed the volume.
+func (r *Reconciler) podsWatchingSince() (time.Time, bool) {
+	if r.cfg.Pods == nil {
+		return time.Time{}, true
+	}
+	return r.cfg.Pods.WatchingSince()
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

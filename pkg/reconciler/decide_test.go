@@ -88,6 +88,14 @@ func TestDecisionReasons(t *testing.T) {
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over but node-a is Ready, so it is not force-detached"},
 		{name: "wait over, node NotReady", on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionDetach, wantForce: cache.ForcedOnTimeout,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over and node-a is NotReady: force-detached"},
+		{name: "wait over, node NotReady, pod informer not watching", cfg: Config{Pods: podView{}}, on: attached, node: notReady, now: start.Add(time.Hour), wantAction: ActionWait,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the pod informer's watch failed and it has not watched again: pods it does not show may need the volume, so the wait for unmount is not over before it does, and counts from its next list if it lists again"},
+		{name: "wait counted from the end of the pod informer's gap", cfg: Config{Pods: podView{watching: true, since: start.Add(5 * time.Minute)}}, on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionWait,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; node-a is NotReady; force detach at 12:12:07 if it is not Ready then, in 5m0s"},
+		{name: "wait over since the end of the pod informer's gap", cfg: Config{Pods: podView{watching: true, since: start.Add(5 * time.Minute)}}, on: attached, node: notReady, now: start.Add(11 * time.Minute), wantAction: ActionDetach, wantForce: cache.ForcedOnTimeout,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over and node-a is NotReady: force-detached"},
+		{name: "a gap that ended before the wait began", cfg: Config{Pods: podView{watching: true, since: start.Add(-time.Hour)}}, on: attached, node: notReady, now: start.Add(6 * time.Minute), wantAction: ActionDetach, wantForce: cache.ForcedOnTimeout,
+			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it since 12:01:07; the 6m0s wait is over and node-a is NotReady: force-detached"},
 		{name: "snapshot, wait start unknown", on: attached, node: notReady, now: start.Add(time.Hour), startUnknown: true, wantAction: ActionWait,
 			wantReason: "mounted on node-a (volumesInUse); waiting for kubelet to unmount it; node-a is NotReady; force detach 6m0s after the wait began if it is not Ready then (when the wait began is known only to the leader: --from-leader)"},
 		{name: "driver policy never", cfg: Config{UnmountPolicy: UnmountPolicy{Default: DriverUnmountPolicy{MaxWait: 6 * time.Minute}, PerDriver: map[string]DriverUnmountPolicy{"d": {NeverForce: true}}}},
@@ -302,3 +310,11 @@ func TestASingleAttachVolumeHeldElsewhereWaits(t *testing.T) {
 		})
 	}
 }
+
+// podView stands for the pod informer's record of its gaps.
+type podView struct {
+	since    time.Time
+	watching bool
+}
+
+func (v podView) WatchingSince() (time.Time, bool) { return v.since, v.watching }

@@ -61,6 +61,10 @@ const (
 	ReasonMountedOnReadyNode
 	// ReasonMountedTimedOut: the wait is over and the node is not Ready.
 	ReasonMountedTimedOut
+	// ReasonPodsNotWatched: the volume is in use, and the pod informer's watch
+	// failed and it has not watched again: the wait for unmount is not over
+	// before it does.
+	ReasonPodsNotWatched
 )
 
 // Reason words the decision for an operator: explain, the logs and the shadow
@@ -111,6 +115,8 @@ func (d Decision) Reason() string {
 		return fmt.Sprintf("%s; the %s wait%s is over but %s is Ready, so it is not force-detached", d.mounted(), d.Policy, d.policyOf(), d.Node)
 	case ReasonMountedTimedOut:
 		return fmt.Sprintf("%s; the %s wait%s is over and %s is NotReady: force-detached", d.mounted(), d.Policy, d.policyOf(), d.Node)
+	case ReasonPodsNotWatched:
+		return d.mounted() + "; the pod informer's watch failed and it has not watched again: pods it does not show may need the volume, so the wait for unmount is not over before it does, and counts from its next list if it lists again"
 	}
 	return fmt.Sprintf("reason %d", d.Code)
 }

@@ -56,7 +56,17 @@ type Config struct {
 	// DetachOnShutdownTaint lets a node that is not Ready and carries the cloud
 	// provider's shutdown taint lose its volumes at once, as if out of service.
 	DetachOnShutdownTaint bool
-	Now                   func() time.Time
+	// Pods tells whether the pod informer shows what happens, and since when it
+	// may have missed nothing (nil: always, since ever).
+	Pods PodView
+	Now  func() time.Time
+}
+
+// PodView tells whether the pod informer shows what happens: false from a failure
+// of its watch until it watches again. since is its last list: pods that came and
+// went before it were never shown.
+type PodView interface {
+	WatchingSince() (since time.Time, watching bool)
 }
 
 // Reconciler reconciles volumes taken from its work queue.

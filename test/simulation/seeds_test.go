@@ -66,6 +66,19 @@ var regressionSeeds = []struct {
 	// object, the one kubelet waits for, was never created again. Failed 19 of
 	// 20 runs before, 0 of 20 after.
 	{"a copy of a VolumeAttachment stands for the controller's own", 46886},
+	// The pod informer's watch expired and it did not list again for 18 s; pods
+	// created on a node meanwhile needed a volume and were gone before it
+	// listed. The wait for unmount had counted from before them, and the volume
+	// was force-detached from the deleted node 18 s after the last of them went,
+	// with a 30 s wait. Failed 21 of 200 runs before, 0 of 200 after.
+	{"the wait for unmount counted on a pod informer that was not watching", 19771},
+	// An attach re-created the controller's VolumeAttachment 4 s after the older
+	// one of its name was deleted, while the VolumeAttachment informer still
+	// held the older one. The older one's late events took the place of the
+	// create's record, its deletion then forgot the record, and an attach to
+	// another node went ahead beside the new object. Failed 11 of 300 runs
+	// before, 0 of 300 after.
+	{"an older object's late events stood for the create of its name", 48060},
 	// The VolumeAttachment informer's watch expired and it listed again only
 	// after its back-off, or its lists failed; another tool's copy made
 	// meanwhile held an RWO volume on one node while the controller attached it
