@@ -80,6 +80,12 @@ func New(cfg Config) *Reconciler {
 	}
 }
 
+// DetachPolicy returns the wait for unmount the rules apply, and whether they
+// treat a shut-down node's taint as out of service.
+func (r *Reconciler) DetachPolicy() (UnmountPolicy, bool) {
+	return r.cfg.UnmountPolicy, r.cfg.DetachOnShutdownTaint
+}
+
 // Enqueue asks for the volume to be reconciled.
 func (r *Reconciler) Enqueue(name volumename.UniqueName) { r.queue.Add(name) }
 
