@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -114,7 +113,7 @@ func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(vo
 
 // Sync reconciles one volume across all nodes and returns when it should be looked
 // at again (0: when something changes). It acts on the decisions Explain reads:
-// the detaches first, then the attaches.
+// the detaches first, then the attaches, each in decide's order of nodes.
 func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.Duration {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "volume", name)
 	ctx = klog.NewContext(ctx, logger)
@@ -122,23 +121,14 @@ func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.
 	attachments := r.cfg.Actual.Volume(name)
 	decisions := r.decide(desired, attachments, waitsKept)
 	next := forceDue(decisions)
-	slices.SortStableFunc(decisions, func(a, b Decision) int { return cmpBool(a.Wanted, b.Wanted) })
-	for _, d := range decisions {
-		if !r.act(ctx, desired, attachmentOn(attachments, d.Node), d, &next) {
-			break
+	for _, wanted := range []bool{false, true} {
+		for _, d := range decisions {
+			if d.Wanted == wanted && !r.act(ctx, desired, attachmentOn(attachments, d.Node), d, &next) {
+				return next.after
+			}
 		}
 	}
 	return next.after
-}
-
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 // requeue keeps the earliest time the volume must be looked at again.
