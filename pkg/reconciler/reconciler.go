@@ -61,7 +61,7 @@ type Config struct {
 // Reconciler reconciles volumes taken from its work queue.
 type Reconciler struct {
 	cfg   Config
-	queue workqueue.TypedRateLimitingInterface[volumename.UniqueName]
+	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
 }
 
 // New returns a Reconciler.
@@ -71,11 +71,8 @@ func New(cfg Config) *Reconciler {
 	}
 	return &Reconciler{
 		cfg: cfg,
-		// The queue is a rate-limiting one, as keyworkers runs every queue of the
-		// controller; Sync returns no error, so its rate limiter is not asked.
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[volumename.UniqueName](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
+		// Sync cannot fail: it only asks for the volume to come back later.
+		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
 	}
 }
 
@@ -96,18 +93,16 @@ func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
 
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
-	keyworkers.Run(ctx, r.queue, workers, "volume", func(ctx context.Context, name volumename.UniqueName) (time.Duration, error) {
-		return r.Sync(ctx, name), nil
-	})
+	keyworkers.RunDelaying(ctx, r.queue, workers, "volume", r.Sync)
 }
 
 // RunShadow decides for queued volumes as Run does, and hands the decisions to
 // observe instead of acting on them, until ctx ends.
 func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
-	keyworkers.Run(ctx, r.queue, workers, "volume", func(_ context.Context, name volumename.UniqueName) (time.Duration, error) {
+	keyworkers.RunDelaying(ctx, r.queue, workers, "volume", func(_ context.Context, name volumename.UniqueName) time.Duration {
 		decisions := r.decisions(name, waitsKept)
 		observe(name, decisions)
-		return forceDue(decisions).after, nil
+		return forceDue(decisions).after
 	})
 }
 
