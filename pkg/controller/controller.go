@@ -337,10 +337,11 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
 	if c.opts.Shadow {
+		explainer := c.Explainer()
 		compare := shadow.New(logger, c.opts.ShadowGrace, c.informers.nodes.Lister(), func(expected shadow.Expectation, agreed bool) {
 			c.metrics.ObserveShadowComparison(string(expected), agreed)
 		}, func(name volumename.UniqueName) string {
-			return explain.VolumeText(c.explainVolume(name, true))
+			return explain.VolumeText(explainer.Volume(name, true))
 		})
 		go compare.Run(ctx, time.Second)
 		go c.reconciler.RunShadow(ctx, c.opts.Workers, compare.Observe)

@@ -490,62 +490,6 @@ func TestActsAtOnce(t *testing.T) {
 	}
 }
 
-// TestTrimObjectKeepsWhatTheControllerReads: a pod after trimming still needs the
-// same volumes, and its bulky parts are gone, volumes that never need attaching
-// included.
-func TestTrimObjectKeepsWhatTheControllerReads(t *testing.T) {
-	now := metav1.Now()
-	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "p", Namespace: "ns", UID: "uid-p", DeletionTimestamp: &now,
-			Annotations:     map[string]string{"big": "value"},
-			Labels:          map[string]string{"app": "db"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "uid-db"}},
-			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-		},
-		Spec: v1.PodSpec{
-			NodeName: "node-1",
-			Volumes: []v1.Volume{
-				{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}}},
-				{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}},
-				{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
-				{Name: "secret", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{}}},
-				{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
-				{Name: "inline", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: testDriver}}},
-				{Name: "scratch-claim", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}},
-				{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}},
-				{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/log"}}},
-			},
-			Containers: []v1.Container{{Name: "app", Image: "registry.example/app", Env: []v1.EnvVar{{Name: "A", Value: "B"}}}},
-		},
-		Status: v1.PodStatus{
-			Phase:             v1.PodRunning,
-			Conditions:        []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
-			ContainerStatuses: []v1.ContainerStatus{{Name: "app", Image: "registry.example/app", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}},
-		},
-	}
-	obj, err := trimObject(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := obj.(*v1.Pod)
-	if got.Name != "p" || got.Namespace != "ns" || got.UID != "uid-p" || got.DeletionTimestamp == nil ||
-		got.Spec.NodeName != "node-1" || len(got.Spec.Volumes) != 3 || got.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "c" ||
-		got.Spec.Volumes[1].CSI == nil || got.Spec.Volumes[2].Ephemeral == nil ||
-		got.Status.Phase != v1.PodRunning || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].State.Running == nil {
-		t.Errorf("trimmed pod lost what the controller reads: %+v", got)
-	}
-	if got.Annotations != nil || got.Labels != nil || got.OwnerReferences != nil || got.ManagedFields != nil || len(got.Spec.Containers) != 0 || got.Status.Conditions != nil ||
-		got.Status.ContainerStatuses[0].Image != "" {
-		t.Errorf("trimmed pod kept bulky parts: %+v", got)
-	}
-	node := &v1.Node{Status: v1.NodeStatus{Images: []v1.ContainerImage{{Names: []string{"img"}}}, VolumesInUse: []v1.UniqueVolumeName{"v"}}}
-	obj, _ = trimObject(node)
-	if n := obj.(*v1.Node); n.Status.Images != nil || len(n.Status.VolumesInUse) != 1 {
-		t.Errorf("trimmed node = %+v, want images dropped and volumes kept", n.Status)
-	}
-}
-
 func TestUnmountPolicies(t *testing.T) {
 	opts := DefaultOptions()
 	opts.MaxWaitForUnmountPerDriver = map[string]reconciler.DriverUnmountPolicy{"fast": {MaxWait: 30 * time.Second}, "careful": {NeverForce: true}}

@@ -17,6 +17,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/trim"
 )
 
 type informerSet struct {
@@ -364,7 +365,7 @@ func (c *Controller) identifyOnNode(ctx context.Context, obj any) {
 
 // NewInformerFactory returns the shared informer factory the controller runs on:
 // no informer resync (the controller has its own periodic pass), and objects kept
-// only with what the controller reads (see trimObject).
+// only with what the controller reads (see package trim).
 func NewInformerFactory(client kubernetes.Interface) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimObject))
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 }

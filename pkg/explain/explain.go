@@ -1,6 +1,7 @@
 // Package explain holds the answer to "why is this volume (not) attached?": what
-// an explanation is about, the report the controller's own rules make of it, and
-// its rendering as text for a person, or as JSON or YAML for tools.
+// an explanation is about, the report the controller's own rules make of it
+// (Explainer, reading the controller's state through a Source), and its
+// rendering as text for a person, or as JSON or YAML for tools.
 package explain
 
 import (

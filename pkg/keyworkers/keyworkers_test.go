@@ -85,3 +85,44 @@ func TestRunHandlesAKeyAgainAfterTheDelayItsHandlerAsksFor(t *testing.T) {
 		t.Errorf("NumRequeues(later) = %d, want 0: a delay asked for is not a failure", n)
 	}
 }
+
+func TestRunDelayingHandlesAKeyAgainAfterTheDelayItsHandlerAsksForAndThenLetsItGo(t *testing.T) {
+	queue := workqueue.NewTypedDelayingQueue[string]()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	handled := make(chan time.Time, 3)
+	calls := 0
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		RunDelaying(ctx, queue, 1, "key", func(_ context.Context, _ string) time.Duration {
+			handled <- time.Now()
+			if calls++; calls == 1 {
+				return 50 * time.Millisecond
+			}
+			return 0
+		})
+	}()
+	queue.Add("later")
+	var first, second time.Time
+	for i, at := range []*time.Time{&first, &second} {
+		select {
+		case *at = <-handled:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the key was handled %d times, want 2", i)
+		}
+	}
+	if d := second.Sub(first); d < 50*time.Millisecond {
+		t.Errorf("the key came back after %v, want at least the 50ms its handler asked for", d)
+	}
+	select {
+	case <-handled:
+		t.Error("the key was handled a third time, though its handler asked for no delay")
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	<-stopped
+	if !queue.ShuttingDown() {
+		t.Error("the queue still runs after RunDelaying returned")
+	}
+}

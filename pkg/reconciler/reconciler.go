@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,7 +71,7 @@ type PodView interface {
 // Reconciler reconciles volumes taken from its work queue.
 type Reconciler struct {
 	cfg   Config
-	queue workqueue.TypedRateLimitingInterface[volumename.UniqueName]
+	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
 }
 
 // New returns a Reconciler.
@@ -82,12 +81,15 @@ func New(cfg Config) *Reconciler {
 	}
 	return &Reconciler{
 		cfg: cfg,
-		// The queue is a rate-limiting one, as keyworkers runs every queue of the
-		// controller; Sync returns no error, so its rate limiter is not asked.
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[volumename.UniqueName](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
+		// Sync cannot fail: it only asks for the volume to come back later.
+		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[volumename.UniqueName]{Name: "volumes"}),
 	}
+}
+
+// DetachPolicy returns the wait for unmount the rules apply, and whether they
+// treat a shut-down node's taint as out of service.
+func (r *Reconciler) DetachPolicy() (UnmountPolicy, bool) {
+	return r.cfg.UnmountPolicy, r.cfg.DetachOnShutdownTaint
 }
 
 // Enqueue asks for the volume to be reconciled.
@@ -101,24 +103,22 @@ func (r *Reconciler) ShutDown() { r.queue.ShutDown() }
 
 // Run reconciles queued volumes with the given number of workers until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, workers int) {
-	keyworkers.Run(ctx, r.queue, workers, "volume", func(ctx context.Context, name volumename.UniqueName) (time.Duration, error) {
-		return r.Sync(ctx, name), nil
-	})
+	keyworkers.RunDelaying(ctx, r.queue, workers, "volume", r.Sync)
 }
 
 // RunShadow decides for queued volumes as Run does, and hands the decisions to
 // observe instead of acting on them, until ctx ends.
 func (r *Reconciler) RunShadow(ctx context.Context, workers int, observe func(volumename.UniqueName, []Decision)) {
-	keyworkers.Run(ctx, r.queue, workers, "volume", func(_ context.Context, name volumename.UniqueName) (time.Duration, error) {
+	keyworkers.RunDelaying(ctx, r.queue, workers, "volume", func(_ context.Context, name volumename.UniqueName) time.Duration {
 		decisions := r.decisions(name, waitsKept)
 		observe(name, decisions)
-		return forceDue(decisions).after, nil
+		return forceDue(decisions).after
 	})
 }
 
 // Sync reconciles one volume across all nodes and returns when it should be looked
 // at again (0: when something changes). It acts on the decisions Explain reads:
-// the detaches first, then the attaches.
+// the detaches first, then the attaches, each in decide's order of nodes.
 func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.Duration {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "volume", name)
 	ctx = klog.NewContext(ctx, logger)
@@ -126,23 +126,14 @@ func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.
 	attachments := r.cfg.Actual.Volume(name)
 	decisions := r.decide(desired, attachments, waitsKept)
 	next := forceDue(decisions)
-	slices.SortStableFunc(decisions, func(a, b Decision) int { return cmpBool(a.Wanted, b.Wanted) })
-	for _, d := range decisions {
-		if !r.act(ctx, desired, attachmentOn(attachments, d.Node), d, &next) {
-			break
+	for _, wanted := range []bool{false, true} {
+		for _, d := range decisions {
+			if d.Wanted == wanted && !r.act(ctx, desired, attachmentOn(attachments, d.Node), d, &next) {
+				return next.after
+			}
 		}
 	}
 	return next.after
-}
-
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 // requeue keeps the earliest time the volume must be looked at again.

@@ -774,6 +774,17 @@ func TestSyncRules(t *testing.T) {
 			wantCalls: []call{detachOn("node-a"), attachOn("node-b")},
 		},
 		{
+			name: "multi-attach volume moving from B to A: the detach from B starts before the attach to A",
+			setup: func(h *harness) {
+				h.node("node-a")
+				h.node("node-b")
+				h.pod("ns", "web-a", "node-a", rwx)
+				h.attachment(rwx, "node-b", true)
+			},
+			vol:       rwx,
+			wantCalls: []call{detachOn("node-b"), attachOn("node-a")},
+		},
+		{
 			name: "multi-attach volume on A and B, desired nowhere: both detaches at once",
 			setup: func(h *harness) {
 				h.node("node-a")

@@ -1,12 +1,17 @@
 package reconciler_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
@@ -258,6 +263,109 @@ func TestForcedDetachDeletesOnTheNodeTheAPIServerConfirms(t *testing.T) {
 			}
 			h.gone(rwo, "node-a")
 			h.waitIdle()
+		})
+	}
+}
+
+// TestUnsettledDeleteKeepsTheVolumeHiddenWhenAPodWantsItAgain: the detach sent
+// its delete, the API server carried it out but the answer was lost, and the read
+// meant to settle it failed too; the executor rightly keeps the volume out of node
+// status, since the VolumeAttachment may be on its way out. A pod then wants the
+// volume on the same node again. The record is still attached and not marked
+// deleting (the outcome is unknown), so reportAgain lists the volume in node
+// status again, and kubelet may mount a volume the external-attacher is about to
+// detach. The volume must stay hidden until the informer or a read settles the
+// delete.
+func TestUnsettledDeleteKeepsTheVolumeHiddenWhenAPodWantsItAgain(t *testing.T) {
+	h := newHarnessWith(t, harnessOpts{timeout: 300 * time.Millisecond})
+	lost := apierrors.NewInternalError(errors.New("etcd leader changed"))
+	h.client.PrependReactor("delete", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if err := h.client.Tracker().Delete(vaResource, "", a.(clienttesting.DeleteAction).GetName()); err != nil {
+			t.Error(err)
+		}
+		return true, nil, lost
+	})
+	h.client.PrependReactor("get", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, lost
+	})
+	h.node("node-a")
+	h.attachment(rwo, "node-a", true)
+
+	h.sync(rwo)
+	h.waitIdle()
+	if h.exists(rwo, "node-a") {
+		t.Fatal("setup: the delete did not reach the API server")
+	}
+	on := h.onNode(rwo, "node-a")
+	if !on.HiddenFromNodeStatus || on.Reported() {
+		t.Fatalf("setup: after a delete of unknown outcome %+v, want the volume hidden", on)
+	}
+
+	// A pod on the same node wants the volume again; the informer has said
+	// nothing yet.
+	h.pod("ns", "db-a", "node-a", rwo)
+	h.sync(rwo)
+	if on := h.onNode(rwo, "node-a"); !on.HiddenFromNodeStatus || on.Reported() {
+		t.Errorf("after a pass with the pod back: %+v; want the volume still hidden, its VolumeAttachment may be being deleted", on)
+	}
+	if got := h.status.enqueuedNodes(); len(got) != 0 {
+		t.Errorf("node status enqueued %q, want nothing: the volume must not be listed again", got)
+	}
+}
+
+// copyOf records, in the actual state, a VolumeAttachment another tool made of
+// the volume on the node under a name of its own.
+func (h *harness) copyOf(vol cache.Volume, node string, attached bool) {
+	name := "copy-" + vaName(vol, node)
+	h.actual.Observe(cache.Observation{
+		Volume: vol.Name, Node: node, VolumeAttachment: name, UID: types.UID("uid-" + name),
+		Attached: attached, MultiAttach: vol.MultiAttach,
+	})
+}
+
+// TestAnotherToolsCopyDoesNotStandForTheControllersAttachment: kubelet waits for
+// the VolumeAttachment named for the volume's handle, driver and node, as
+// kube-controller-manager creates it and checks it (csiAttacher.WaitForAttach
+// and VolumesAreAttached in v1.37.1 look that name up, nothing else). A copy
+// another tool made under another name holds the volume on the node, but a pod
+// there cannot start on it: the controller still creates its own. Before, a copy
+// reported attached counted as the attachment, and the pod waited for good
+// (simulation seeds 1057, 2393, 22253 and others with copies).
+func TestAnotherToolsCopyDoesNotStandForTheControllersAttachment(t *testing.T) {
+	tests := []struct {
+		name string
+		vol  cache.Volume
+		// own: the controller's own object exists (attached), ownDeleting: and is
+		// being deleted.
+		own, ownDeleting bool
+		wantCalls        []call
+		wantCreated      bool
+	}{
+		{name: "single-attach: a copy alone is attached: attach", vol: rwo, wantCalls: []call{attachOn("node-a")}, wantCreated: true},
+		{name: "multi-attach: a copy alone is attached: attach", vol: rwx, wantCalls: []call{attachOn("node-a")}, wantCreated: true},
+		{name: "the controller's own is attached too: nothing to do", vol: rwo, own: true},
+		{name: "the controller's own is being deleted: wait for it to go first", vol: rwo, own: true, ownDeleting: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, false)
+			h.node("node-a")
+			h.pod("ns", "db-a", "node-a", tc.vol)
+			h.copyOf(tc.vol, "node-a", true)
+			if tc.own {
+				h.attachment(tc.vol, "node-a", true)
+				if tc.ownDeleting {
+					h.actual.MarkDeleting(vaName(tc.vol, "node-a"), "")
+				}
+			}
+
+			h.sync(tc.vol)
+			if got := h.exec.started(); !slices.Equal(got, tc.wantCalls) {
+				t.Errorf("operations started = %v, want %v", got, tc.wantCalls)
+			}
+			if tc.wantCreated {
+				h.waitFor("the controller's own VolumeAttachment to be created", func() bool { return h.exists(tc.vol, "node-a") })
+			}
 		})
 	}
 }

@@ -155,7 +155,7 @@ func explainSnapshot(ctx context.Context, client kubernetes.Interface, t explain
 	if err := c.Snapshot(infoCtx); err != nil {
 		return explain.Report{}, fmt.Errorf("reading the cluster: %w", err)
 	}
-	return c.Explain(infoCtx, t, false)
+	return c.Explainer().Explain(infoCtx, t, false)
 }
 
 // askLeader gets the leader's explanation from its HTTP endpoint. Over HTTPS it
@@ -315,7 +315,7 @@ func explainHandler(current func() *controller.Controller) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		r, err := c.Explain(req.Context(), t, true)
+		r, err := c.Explainer().Explain(req.Context(), t, true)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return

@@ -1,4 +1,4 @@
-package controller
+package trim
 
 import (
 	"testing"
@@ -17,6 +17,8 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 )
+
+const testDriver = "example.csi.k8s.io"
 
 // fullMeta is an object's metadata with everything set; keptMeta is what trimming
 // keeps of it where labels and annotations are not read.
@@ -74,7 +76,7 @@ var pvStatus = v1.PersistentVolumeStatus{Phase: v1.VolumeBound, Message: "bound"
 // reconciler's state, rebuild, shadow mode and the snapshot explanations read;
 // a trimmed PV comes to the same volume and a trimmed node to the same register
 // entry and force-detach rules as the full one.
-func TestTrimObjectKeepsOnlyWhatTheControllerReads(t *testing.T) {
+func TestObjectKeepsOnlyWhatTheControllerReads(t *testing.T) {
 	csi := &v1.CSIPersistentVolumeSource{
 		Driver: testDriver, VolumeHandle: "vol-1", FSType: "ext4", ReadOnly: true,
 		VolumeAttributes:           map[string]string{"storage.kubernetes.io/csiProvisionerIdentity": "1-2-3", "tier": "gold"},
@@ -175,7 +177,7 @@ func TestTrimObjectKeepsOnlyWhatTheControllerReads(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			full := tc.full.DeepCopyObject()
-			got, err := trimObject(tc.full)
+			got, err := Object(tc.full)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,5 +257,61 @@ func sameNode(t *testing.T, full, trimmed *v1.Node) {
 		if rule.Holds(trimmed) != rule.Holds(full) {
 			t.Errorf("rule %s holds on the trimmed node: %v, on the full one: %v", rule, rule.Holds(trimmed), rule.Holds(full))
 		}
+	}
+}
+
+// TestObjectKeepsAPodsVolumesAndDropsItsBulk: a pod after trimming still needs the
+// same volumes, and its bulky parts are gone, volumes that never need attaching
+// included.
+func TestObjectKeepsAPodsVolumesAndDropsItsBulk(t *testing.T) {
+	now := metav1.Now()
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", UID: "uid-p", DeletionTimestamp: &now,
+			Annotations:     map[string]string{"big": "value"},
+			Labels:          map[string]string{"app": "db"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "uid-db"}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: v1.PodSpec{
+			NodeName: "node-1",
+			Volumes: []v1.Volume{
+				{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}}},
+				{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}},
+				{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
+				{Name: "secret", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{}}},
+				{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+				{Name: "inline", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: testDriver}}},
+				{Name: "scratch-claim", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}},
+				{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}},
+				{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/log"}}},
+			},
+			Containers: []v1.Container{{Name: "app", Image: "registry.example/app", Env: []v1.EnvVar{{Name: "A", Value: "B"}}}},
+		},
+		Status: v1.PodStatus{
+			Phase:             v1.PodRunning,
+			Conditions:        []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
+			ContainerStatuses: []v1.ContainerStatus{{Name: "app", Image: "registry.example/app", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}},
+		},
+	}
+	obj, err := Object(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*v1.Pod)
+	if got.Name != "p" || got.Namespace != "ns" || got.UID != "uid-p" || got.DeletionTimestamp == nil ||
+		got.Spec.NodeName != "node-1" || len(got.Spec.Volumes) != 3 || got.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "c" ||
+		got.Spec.Volumes[1].CSI == nil || got.Spec.Volumes[2].Ephemeral == nil ||
+		got.Status.Phase != v1.PodRunning || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].State.Running == nil {
+		t.Errorf("trimmed pod lost what the controller reads: %+v", got)
+	}
+	if got.Annotations != nil || got.Labels != nil || got.OwnerReferences != nil || got.ManagedFields != nil || len(got.Spec.Containers) != 0 || got.Status.Conditions != nil ||
+		got.Status.ContainerStatuses[0].Image != "" {
+		t.Errorf("trimmed pod kept bulky parts: %+v", got)
+	}
+	node := &v1.Node{Status: v1.NodeStatus{Images: []v1.ContainerImage{{Names: []string{"img"}}}, VolumesInUse: []v1.UniqueVolumeName{"v"}}}
+	obj, _ = Object(node)
+	if n := obj.(*v1.Node); n.Status.Images != nil || len(n.Status.VolumesInUse) != 1 {
+		t.Errorf("trimmed node = %+v, want images dropped and volumes kept", n.Status)
 	}
 }

@@ -1,4 +1,7 @@
-package controller
+// Package trim drops, before an object enters an informer's cache, what the
+// controller never reads (see Object): it is the transform of the controller's
+// informer factory.
+package trim
 
 import (
 	"slices"
@@ -10,13 +13,13 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
-// trimObject drops, before an object enters the informer's cache, what the
+// Object drops, before an object enters the informer's cache, what the
 // controller never reads: managedFields everywhere, the large parts of pods and
 // nodes (container specs, conditions, a node's labels, system info and list of
 // images), which dominate the memory of a large cluster's informers, and all but
 // the volume's identity, access modes and binding of PVs, claims and
 // VolumeAttachments, which a cluster has by the ten thousand.
-func trimObject(obj any) (any, error) {
+func Object(obj any) (any, error) {
 	if accessor, err := meta.Accessor(obj); err == nil {
 		accessor.SetManagedFields(nil)
 	}
