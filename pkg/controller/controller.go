@@ -48,6 +48,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/shadow"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/statusupdater"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
 // Options are the controller's settings.
@@ -156,7 +157,7 @@ type Controller struct {
 	metrics    *metrics.Metrics
 	// attachmentWatches records the lapses of the VolumeAttachment informer
 	// (see relist.go).
-	attachmentWatches *watchRecord
+	attachmentWatches *watchrecord.Lapses
 	// attachments records VolumeAttachments in the actual state.
 	attachments *attachments.Recorder
 	// nodesMu keeps the node event handlers out while the periodic pass
@@ -313,8 +314,8 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	defer c.reconciler.ShutDown()
 	defer c.status.ShutDown()
 	defer c.deletedNodes.ShutDown()
-	c.attachmentWatches.follow(0, c.markIncomplete(ctx))
-	c.informers.podGaps.follow(c.judgeWaitsAgain)
+	c.attachmentWatches.Follow(0, c.markIncomplete(ctx))
+	c.informers.podGaps.Follow(c.judgeWaitsAgain)
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -403,3 +404,11 @@ type reconcilerQueue struct{ c *Controller }
 
 // Enqueue asks for the volume to be reconciled.
 func (q reconcilerQueue) Enqueue(volume volumename.UniqueName) { q.c.reconciler.Enqueue(volume) }
+
+// judgeWaitsAgain queues every attached volume when a gap in what the pod
+// informer shows ends: the waits for unmount it held may be over.
+func (c *Controller) judgeWaitsAgain() {
+	for _, v := range c.actual.Volumes() {
+		c.reconciler.Enqueue(v)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/trim"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
 type informerSet struct {
@@ -29,9 +30,9 @@ type informerSet struct {
 	csiNodes    storageinformers.CSINodeInformer
 	attachments storageinformers.VolumeAttachmentInformer
 	// attachmentWatches records the lapses of the attachments informer.
-	attachmentWatches *watchRecord
+	attachmentWatches *watchrecord.Lapses
 	// podGaps records the gaps in what the pod informer shows.
-	podGaps *podGaps
+	podGaps *watchrecord.Gaps
 }
 
 // StartInformers requests the controller's informers from the factory and starts
@@ -47,26 +48,26 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 }
 
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
-	// The VolumeAttachment informer is made first, with the record of its watches.
-	recorded, err := attachmentInformer(f)
+	// The VolumeAttachment and pod informers are made first, with the records
+	// of their watches.
+	lapses, err := watchrecord.AttachmentLapses(f)
 	if err != nil {
 		return informerSet{}, err
 	}
-	// So is the pod informer, with the record of its gaps.
-	recordedPods, err := podInformer(f)
+	gaps, err := watchrecord.PodGaps(f)
 	if err != nil {
 		return informerSet{}, err
 	}
 	s := informerSet{
 		pods:              f.Core().V1().Pods(),
-		podGaps:           recordedPods.gaps,
+		podGaps:           gaps,
 		nodes:             f.Core().V1().Nodes(),
 		claims:            f.Core().V1().PersistentVolumeClaims(),
 		pvs:               f.Core().V1().PersistentVolumes(),
 		drivers:           f.Storage().V1().CSIDrivers(),
 		csiNodes:          f.Storage().V1().CSINodes(),
 		attachments:       f.Storage().V1().VolumeAttachments(),
-		attachmentWatches: recorded.watches,
+		attachmentWatches: lapses,
 	}
 	// The index is added once per informer: StartInformers may have added it.
 	pods := s.pods.Informer()

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -202,77 +201,6 @@ func TestTheProofWaitsForWhatAQuorumListShows(t *testing.T) {
 		if create, ok := a.(clienttesting.CreateAction); ok && a.GetResource().Resource == "volumeattachments" {
 			t.Errorf("the controller created %s while node-b held the volume", create.GetObject().(*storagev1.VolumeAttachment).Name)
 		}
-	}
-}
-
-// TestWatchRecordLapses: what counts as the VolumeAttachment informer stopping
-// to watch, and as resuming.
-func TestWatchRecordLapses(t *testing.T) {
-	failed := errors.New("throttled")
-	last := &storagev1.VolumeAttachmentList{}
-	page := &storagev1.VolumeAttachmentList{ListMeta: metav1.ListMeta{Continue: "next"}}
-	tests := []struct {
-		name        string
-		steps       func(r *watchRecord)
-		wantLapses  uint64
-		wantResumed bool
-	}{
-		{"watching", func(r *watchRecord) { r.watchStarted(nil) }, 0, true},
-		{"a watch that ended", func(r *watchRecord) { r.watchEnded(r.watchStarted(nil)) }, 1, false},
-		{"a watch that ended, then a list", func(r *watchRecord) {
-			r.watchEnded(r.watchStarted(nil))
-			r.listed(last, nil)
-		}, 1, true},
-		{"a failed list", func(r *watchRecord) { r.listed(nil, failed) }, 1, false},
-		{"a failed list, then the first page of one", func(r *watchRecord) {
-			r.listed(nil, failed)
-			r.listed(page, nil)
-		}, 1, false},
-		{"a failed list, then a whole one", func(r *watchRecord) {
-			r.listed(nil, failed)
-			r.listed(page, nil)
-			r.listed(last, nil)
-		}, 1, true},
-		{"a watch that failed to start, then one that started", func(r *watchRecord) {
-			r.watchStarted(failed)
-			r.watchStarted(nil)
-		}, 1, true},
-		{"the late end of a watch another replaced", func(r *watchRecord) {
-			first := r.watchStarted(nil)
-			r.watchEnded(first)
-			r.listed(last, nil)
-			r.watchStarted(nil)
-			r.watchEnded(first)
-		}, 1, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newWatchRecord()
-			told := uint64(0)
-			r.follow(0, func() { told++ })
-			tc.steps(r)
-			lapses, resumed, _ := r.state()
-			if lapses != tc.wantLapses || resumed != tc.wantResumed || told != tc.wantLapses {
-				t.Errorf("lapses %d (told %d), resumed %t; want %d, %t", lapses, told, resumed, tc.wantLapses, tc.wantResumed)
-			}
-		})
-	}
-}
-
-// TestAProofEndsOnlyWithoutALapseSinceItBegan: a proof begun after some lapses
-// does not mark the state complete once another lapse has come.
-func TestAProofEndsOnlyWithoutALapseSinceItBegan(t *testing.T) {
-	r := newWatchRecord()
-	r.listed(nil, errors.New("throttled"))
-	lapses, _, _ := r.state()
-	r.watchEnded(r.watchStarted(nil))
-	if r.ifNoLapseSince(lapses, func() { t.Error("the proof ended after a lapse that came during it") }) {
-		t.Error("ifNoLapseSince reported a proof that ended after a lapse during it")
-	}
-	now, _, _ := r.state()
-	ran := false
-	if !r.ifNoLapseSince(now, func() { ran = true }) || !ran {
-		t.Error("a proof with no lapse since it began did not end")
 	}
 }
 

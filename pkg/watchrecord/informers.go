@@ -1,0 +1,116 @@
+package watchrecord
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// lapsesInformer is an informer with the record of its lapses.
+type lapsesInformer struct {
+	toolscache.SharedIndexInformer
+	lapses *Lapses
+}
+
+// gapsInformer is an informer with the record of its gaps.
+type gapsInformer struct {
+	toolscache.SharedIndexInformer
+	gaps *Gaps
+}
+
+// AttachmentLapses makes the factory's VolumeAttachment informer record its
+// lapses, and returns the record. It fails if the factory made that informer
+// already without one.
+func AttachmentLapses(f informers.SharedInformerFactory) (*Lapses, error) {
+	recorded, ok := f.InformerFor(&storagev1.VolumeAttachment{}, newAttachmentInformer).(*lapsesInformer)
+	if !ok {
+		return nil, fmt.Errorf("the factory's VolumeAttachment informer was made before the controller's: its watches cannot be followed")
+	}
+	return recorded.lapses, nil
+}
+
+// PodGaps makes the factory's pod informer record its gaps, and returns the
+// record. It fails if the factory made that informer already without one.
+func PodGaps(f informers.SharedInformerFactory) (*Gaps, error) {
+	recorded, ok := f.InformerFor(&v1.Pod{}, newPodInformer).(*gapsInformer)
+	if !ok {
+		return nil, fmt.Errorf("the factory's pod informer was made before the controller's: its gaps cannot be followed")
+	}
+	return recorded.gaps, nil
+}
+
+func newAttachmentInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
+	record := NewLapses()
+	vas := client.StorageV1().VolumeAttachments()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list, err := vas.List(ctx, opts)
+			record.Listed(list, err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := vas.Watch(ctx, opts)
+			n := record.WatchStarted(err)
+			if err != nil {
+				return nil, err
+			}
+			// An end at shutdown is no lapse: nothing decides any more.
+			return newRecordedWatch(w, func(bool) {
+				if ctx.Err() == nil {
+					record.WatchEnded(n)
+				}
+			}), nil
+		},
+	}
+	return &lapsesInformer{SharedIndexInformer: newInformer(lw, client, &storagev1.VolumeAttachment{}, resync), lapses: record}
+}
+
+func newPodInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
+	gaps := NewGaps(time.Now)
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list, err := pods.List(ctx, opts)
+			switch {
+			case err != nil:
+				gaps.Failed()
+			case LastPage(list):
+				gaps.Relisted()
+			}
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := pods.Watch(ctx, opts)
+			switch {
+			case err != nil:
+				gaps.Failed()
+				return nil, err
+			case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
+				gaps.Relisted()
+			default:
+				gaps.Resumed()
+			}
+			return newRecordedWatch(w, func(errored bool) {
+				if errored && ctx.Err() == nil {
+					gaps.Failed()
+				}
+			}), nil
+		},
+	}
+	return &gapsInformer{SharedIndexInformer: newInformer(lw, client, &v1.Pod{}, resync), gaps: gaps}
+}
+
+// newInformer makes the informer the factory would make, on lw.
+func newInformer(lw *toolscache.ListWatch, client kubernetes.Interface, obj runtime.Object, resync time.Duration) toolscache.SharedIndexInformer {
+	return toolscache.NewSharedIndexInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, client), obj, resync,
+		toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+}
