@@ -161,6 +161,17 @@ type execHarness struct {
 	deletes      []clienttesting.DeleteAction
 }
 
+// attachCreated has the informer show the VolumeAttachment the attach created,
+// attached.
+func (h *execHarness) attachCreated(t *testing.T) {
+	t.Helper()
+	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+}
+
 func newExecHarness(t *testing.T, timeout time.Duration, objs ...runtime.Object) *execHarness {
 	t.Helper()
 	h := &execHarness{
@@ -511,11 +522,7 @@ func TestAttachBeforeTheInformerSeesTheNewObject(t *testing.T) {
 		t.Fatalf("Attach: %v", err)
 	}
 	h.waitWaiting(t, testVAName)
-	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.attachCreated(t)
 	h.waitDone(t)
 	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	if got := h.events(); !slices.Equal(got, []string{want}) {
@@ -585,11 +592,7 @@ func TestOperationsExclusion(t *testing.T) {
 	if !h.exec.IsRunning(testPV.Name, "node-2") || !h.exec.IsRunning(testPV.Name, testNode) || !h.anyRunning(testPV.Name) {
 		t.Error("IsRunning false during an attach of a single-attach volume")
 	}
-	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.attachCreated(t)
 	h.waitDone(t)
 }
 
@@ -910,11 +913,7 @@ func TestAttachWaitsPastAnOlderObjectOfItsName(t *testing.T) {
 	h.waitWaiting(t, testVAName)
 	h.exec.ObserveVolumeAttachment(testVAName, older)
 	h.exec.ObserveVolumeAttachment(testVAName, nil)
-	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.attachCreated(t)
 	h.waitDone(t)
 	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "pv-1" `
 	if got := h.events(); !slices.Equal(got, []string{want}) {

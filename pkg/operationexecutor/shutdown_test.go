@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 )
 
@@ -131,11 +128,7 @@ func TestWaitReturnsOnlyAfterRunningOperationsEnd(t *testing.T) {
 		t.Fatalf("Wait returned %v while the attach runs", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	va, err := h.client.StorageV1().VolumeAttachments().Get(t.Context(), testVAName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.exec.ObserveVolumeAttachment(testVAName, withStatus(va, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }))
+	h.attachCreated(t)
 	select {
 	case err := <-waited:
 		if err != nil {
