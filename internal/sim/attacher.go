@@ -35,6 +35,10 @@ type AttacherOptions struct {
 	// DetachDelay is how long a detach takes, from the moment the simulator first sees
 	// the VolumeAttachment deleted.
 	DetachDelay time.Duration
+	// Attempt, if set, draws how long each attach or detach attempt takes and
+	// whether it fails, in place of AttachDelay and DetachDelay; a failed attempt
+	// is reported in status and tried again.
+	Attempt func(detach bool) (took time.Duration, fail bool)
 	// Workers is the number of VolumeAttachments handled in parallel; 4 by default.
 	Workers int
 }
@@ -59,9 +63,10 @@ type Attacher struct {
 	drivers  map[string]bool
 	failures failures
 
-	mu        sync.Mutex
-	counts    AttacherCounts
-	firstSeen map[operation]time.Time // when each attach or detach began
+	mu     sync.Mutex
+	counts AttacherCounts
+	// pending are the attaches and detaches under way.
+	pending map[operation]attempt
 	// written is the resourceVersion of each VolumeAttachment as the simulator's last
 	// patch left it: an older copy in the cache is stale and not acted on.
 	written map[string]uint64
@@ -71,6 +76,12 @@ type Attacher struct {
 type operation struct {
 	uid    types.UID
 	detach bool
+}
+
+// attempt is one try of an operation: when it ends, and whether it fails then.
+type attempt struct {
+	ends time.Time
+	fail bool
 }
 
 // failures are the errors the test asked an Attacher to report, by volume handle.
@@ -93,6 +104,11 @@ func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) 
 	if err != nil {
 		return nil, fmt.Errorf("creating attacher simulator client: %w", err)
 	}
+	return StartAttacherOn(ctx, client, opts)
+}
+
+// StartAttacherOn is StartAttacher on a client of the caller's.
+func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts AttacherOptions) (*Attacher, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
@@ -102,7 +118,7 @@ func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) 
 		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		drivers:   map[string]bool{},
 		failures:  failures{attach: map[string]string{}, detach: map[string]string{}},
-		firstSeen: map[operation]time.Time{},
+		pending:   map[operation]attempt{},
 		written:   map[string]uint64{},
 	}
 	for _, d := range opts.Drivers {
@@ -297,24 +313,22 @@ func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) (
 		if va.Status.AttachError != nil && va.Status.AttachError.Message == msg && !va.Status.Attached {
 			return 0, nil
 		}
-		status := map[string]any{"attached": false, "attachError": storagev1.VolumeError{Time: metav1.Now(), Message: msg}}
-		if err := a.patchStatus(ctx, va, status); err != nil {
-			return 0, err
-		}
-		a.count(func(c *AttacherCounts) { c.AttachErrors++ })
-		return 0, nil
+		return 0, a.reportError(ctx, va, false, msg)
 	}
 	if va.Status.Attached && va.Status.AttachError == nil {
 		return 0, nil
 	}
-	if left := a.waited(operation{uid: va.UID}, a.opts.AttachDelay); left > 0 {
-		return left, nil
+	op := operation{uid: va.UID}
+	if left, done, err := a.await(ctx, va, op); !done {
+		return left, err
 	}
-	if err := a.patchStatus(ctx, va, map[string]any{"attached": true, "attachError": nil}); err != nil {
+	status := map[string]any{"attached": true, "attachError": nil, "attachmentMetadata": map[string]string{"devicePath": "/dev/sim"}}
+	if err := a.patchStatus(ctx, va, status); err != nil {
 		return 0, err
 	}
-	a.forget(operation{uid: va.UID})
+	a.forget(op)
 	a.count(func(c *AttacherCounts) { c.Attached++ })
+	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Attached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
 
@@ -325,15 +339,12 @@ func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, f
 			if va.Status.DetachError != nil && va.Status.DetachError.Message == msg {
 				return 0, nil
 			}
-			if err := a.patchStatus(ctx, va, map[string]any{"detachError": storagev1.VolumeError{Time: metav1.Now(), Message: msg}}); err != nil {
-				return 0, err
-			}
-			a.count(func(c *AttacherCounts) { c.DetachErrors++ })
-			return 0, nil
+			return 0, a.reportError(ctx, va, true, msg)
 		}
 	}
-	if left := a.waited(operation{uid: va.UID, detach: true}, a.opts.DetachDelay); left > 0 {
-		return left, nil
+	op := operation{uid: va.UID, detach: true}
+	if left, done, err := a.await(ctx, va, op); !done {
+		return left, err
 	}
 	if va.Status.Attached || va.Status.DetachError != nil {
 		if err := a.patchStatus(ctx, va, map[string]any{"attached": false, "detachError": nil}); err != nil {
@@ -343,29 +354,84 @@ func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, f
 	if err := a.patchFinalizers(ctx, va, slices.DeleteFunc(slices.Clone(va.Finalizers), func(f string) bool { return f == finalizer })); err != nil {
 		return 0, err
 	}
+	a.forget(op)
 	a.forget(operation{uid: va.UID})
-	a.forget(operation{uid: va.UID, detach: true})
 	a.count(func(c *AttacherCounts) { c.Detached++ })
+	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Detached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
 
-// waited returns how much of delay is left since the operation began, starting the
-// clock on the first call.
-func (a *Attacher) waited(op operation, delay time.Duration) time.Duration {
+// simulatedFailure is the error of a failed attempt, by whether it detached.
+var simulatedFailure = map[bool]string{
+	false: "rpc error: code = Unavailable desc = simulated ControllerPublishVolume failure",
+	true:  "rpc error: code = Unavailable desc = simulated ControllerUnpublishVolume failure",
+}
+
+// await follows the current attempt of an operation: done once it succeeded;
+// while it lasts, how long it has left; once it failed, it reports the failure
+// and returns how long the next attempt takes.
+func (a *Attacher) await(ctx context.Context, va *storagev1.VolumeAttachment, op operation) (left time.Duration, done bool, err error) {
+	try, left := a.try(op)
+	switch {
+	case left > 0:
+		return left, false, nil
+	case !try.fail:
+		return 0, true, nil
+	}
+	if err := a.reportError(ctx, va, op.detach, simulatedFailure[op.detach]); err != nil {
+		return 0, false, err
+	}
+	a.forget(op)
+	_, left = a.try(op)
+	return max(left, time.Nanosecond), false, nil
+}
+
+// reportError writes the error of an attach or a detach to the VolumeAttachment's
+// status; a failed attach also marks it not attached.
+func (a *Attacher) reportError(ctx context.Context, va *storagev1.VolumeAttachment, detach bool, msg string) error {
+	verr := storagev1.VolumeError{Time: metav1.Now(), Message: msg}
+	status := map[string]any{"attached": false, "attachError": verr}
+	if detach {
+		status = map[string]any{"detachError": verr}
+	}
+	if err := a.patchStatus(ctx, va, status); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Reported an error", "volumeAttachment", va.Name, "node", va.Spec.NodeName, "detach", detach, "error", msg)
+	a.count(func(c *AttacherCounts) {
+		if detach {
+			c.DetachErrors++
+		} else {
+			c.AttachErrors++
+		}
+	})
+	return nil
+}
+
+// try returns the current attempt of an operation, starting one on the first
+// call, and how long it has left.
+func (a *Attacher) try(op operation) (attempt, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	start, ok := a.firstSeen[op]
+	try, ok := a.pending[op]
 	if !ok {
-		start = time.Now()
-		a.firstSeen[op] = start
+		took, fail := a.opts.AttachDelay, false
+		switch {
+		case a.opts.Attempt != nil:
+			took, fail = a.opts.Attempt(op.detach)
+		case op.detach:
+			took = a.opts.DetachDelay
+		}
+		try = attempt{ends: time.Now().Add(took), fail: fail}
+		a.pending[op] = try
 	}
-	return time.Until(start.Add(delay))
+	return try, time.Until(try.ends)
 }
 
 func (a *Attacher) forget(op operation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.firstSeen, op)
+	delete(a.pending, op)
 }
 
 func (a *Attacher) count(f func(*AttacherCounts)) {

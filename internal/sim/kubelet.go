@@ -41,18 +41,29 @@ type KubeletOptions struct {
 	// node that used it terminated.
 	UnmountDelay time.Duration
 	// ManagePods also plays kubelet's part for the pods on the nodes: a pod becomes
-	// Running once all its volumes are attached (or need no attaching); a deleted pod
-	// gets its containers stopped and, once its volumes are unmounted, its object
-	// deleted for good.
+	// Running once all its volumes are mounted; a deleted pod gets its containers
+	// stopped and, once its volumes are unmounted, its object deleted for good.
 	ManagePods bool
+	// GracefulStop keeps a deleted pod's containers running until its
+	// deletionTimestamp, the end of its grace period, instead of stopping them at once.
+	GracefulStop bool
+	// Period, if set, syncs each node on a loop of its own, the next sync this long
+	// after the last, instead of on every change of what it reads.
+	Period func() time.Duration
+	// Mounts is the mount table the kubelet keeps, shared with whoever checks it;
+	// nil for one of its own.
+	Mounts *Mounts
 	// Workers is the number of nodes synced in parallel; 4 by default.
 	Workers int
 }
 
 // Kubelet simulates kubelet's side of controller-managed attach/detach on a set of
 // nodes: it keeps each node's Ready condition and status.volumesInUse the way kubelet
-// does, patching node status only when something changed. A pod runs once its
-// volumes are attached and listed in use, as with the real kubelet.
+// does, patching node status only when something changed. It mounts a volume once
+// node status lists it in use and attached and, for a CSI volume that needs
+// attaching, its VolumeAttachment says attached; it unmounts a volume no pod needs
+// UnmountDelay after the last one stopped, then takes it out of volumesInUse. A pod
+// runs once its volumes are mounted, as with the real kubelet.
 //
 // Where it differs from the real kubelet, as the hollow-node cases of test/e2e
 // (kubelet_test.go, on kubelet v1.37.1) show:
@@ -62,6 +73,9 @@ type KubeletOptions struct {
 //     then staged, up to a period after its pod appeared, and an unstaged volume leaves
 //     volumesInUse up to a period after NodeUnstageVolume; meanwhile the pod object is
 //     already gone (TestKubeletMountsOnlyAttached).
+//   - Timing of mounts. The simulator mounts at the first sync that finds a volume
+//     attached, and looks again every 100 ms for a VolumeAttachment not attached
+//     yet, as kubelet's volume manager does.
 //   - What it skips. It has no CSI node side: no CSINode or node ID annotation (the
 //     local cluster makes CSINodes), no NodeStage/NodePublish with the
 //     VolumeAttachment's attachmentMetadata (TestKubeletMountsOnlyAttached), no
@@ -81,17 +95,19 @@ type Kubelet struct {
 	pods       cache.Indexer
 	nodes      corelisters.NodeLister
 	csiDrivers storagelisters.CSIDriverLister
-	resolver   resolver
+	objects    Objects
 	queue      workqueue.TypedRateLimitingInterface[string]
+	mounts     *Mounts
 
-	mu             sync.Mutex
-	state          map[string]*nodeState
-	podsTerminated map[types.UID]time.Time
+	mu    sync.Mutex
+	state map[string]*nodeState
 }
 
 // nodeState is what the simulator remembers about one node.
 type nodeState struct {
 	ready bool
+	// stopped: the kubelet does not run, and neither reads nor writes anything.
+	stopped bool
 	// stuck volumes are reported in use whatever the pods do.
 	stuck map[string]bool
 	// inUse is the set of volumes reported in use by the last sync.
@@ -110,15 +126,23 @@ func StartKubelet(ctx context.Context, cfg *rest.Config, opts KubeletOptions) (*
 	if err != nil {
 		return nil, fmt.Errorf("creating kubelet simulator client: %w", err)
 	}
+	return StartKubeletOn(ctx, client, opts)
+}
+
+// StartKubeletOn is StartKubelet on a client of the caller's.
+func StartKubeletOn(ctx context.Context, client kubernetes.Interface, opts KubeletOptions) (*Kubelet, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
+	if opts.Mounts == nil {
+		opts.Mounts = NewMounts()
+	}
 	k := &Kubelet{
-		client:         client,
-		opts:           opts,
-		queue:          workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		state:          map[string]*nodeState{},
-		podsTerminated: map[types.UID]time.Time{},
+		client: client,
+		opts:   opts,
+		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		mounts: opts.Mounts,
+		state:  map[string]*nodeState{},
 	}
 	for _, name := range opts.Nodes {
 		k.state[name] = &nodeState{ready: true, stuck: map[string]bool{}, inUse: map[string]bool{}, releasedAt: map[string]time.Time{}}
@@ -131,7 +155,7 @@ func StartKubelet(ctx context.Context, cfg *rest.Config, opts KubeletOptions) (*
 	}
 	k.seedInUse()
 	for _, name := range opts.Nodes {
-		k.queue.Add(name)
+		k.enqueue(name)
 	}
 	go func() {
 		<-ctx.Done()
@@ -218,7 +242,7 @@ func (k *Kubelet) startInformers(ctx context.Context) error {
 	k.pods = podInformer.GetIndexer()
 	k.nodes = factory.Core().V1().Nodes().Lister()
 	k.csiDrivers = factory.Storage().V1().CSIDrivers().Lister()
-	k.resolver = resolver{pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(), pvs: factory.Core().V1().PersistentVolumes().Lister()}
+	k.objects = listerObjects(factory.Core().V1().PersistentVolumeClaims().Lister(), factory.Core().V1().PersistentVolumes().Lister())
 
 	handlers := []struct {
 		informer cache.SharedIndexInformer
@@ -256,6 +280,9 @@ func (k *Kubelet) startInformers(ctx context.Context) error {
 		}},
 	}
 	for _, h := range handlers {
+		if k.opts.Period != nil {
+			continue
+		}
 		if _, err := h.informer.AddEventHandler(enqueueHandler(k.queue, h.nodes)); err != nil {
 			return fmt.Errorf("adding event handler: %w", err)
 		}
@@ -306,8 +333,8 @@ func (k *Kubelet) nodesUsingClaim(claim string) []string {
 	return nodes
 }
 
-// seedInUse takes over what already-existing nodes report in use, so those volumes
-// are unmounted with the usual delay rather than at once.
+// seedInUse takes over what already-existing nodes report in use, as mounted, so
+// those volumes are unmounted with the usual delay rather than at once.
 func (k *Kubelet) seedInUse() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -318,8 +345,18 @@ func (k *Kubelet) seedInUse() {
 		}
 		for _, vol := range node.Status.VolumesInUse {
 			st.inUse[string(vol)] = true
+			k.mounts.Set(name, string(vol), true)
 		}
 	}
+}
+
+// enqueue asks for a sync of the node: at once, or on its loop with Period.
+func (k *Kubelet) enqueue(name string) {
+	if k.opts.Period != nil {
+		k.queue.AddAfter(name, k.opts.Period())
+		return
+	}
+	k.queue.Add(name)
 }
 
 func (k *Kubelet) work(ctx context.Context) {
@@ -336,6 +373,9 @@ func (k *Kubelet) work(ctx context.Context) {
 			k.queue.AddRateLimited(name)
 		} else {
 			k.queue.Forget(name)
+			if k.opts.Period != nil && k.running(name) {
+				k.enqueue(name)
+			}
 		}
 		k.queue.Done(name)
 	}
@@ -343,7 +383,7 @@ func (k *Kubelet) work(ctx context.Context) {
 
 func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 	node := k.currentNode(name)
-	if node == nil {
+	if node == nil || !k.running(name) {
 		return nil
 	}
 	objs, err := k.pods.ByIndex(podsByNode, name)
@@ -351,17 +391,17 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 		return fmt.Errorf("listing pods of node %s: %w", name, err)
 	}
 	now := time.Now()
-	needed := map[string]bool{}
+	needed := map[string]Volume{}
 	pods := make([]nodePod, 0, len(objs))
 	for _, obj := range objs {
 		pod := obj.(*corev1.Pod)
-		vols, unresolved, err := k.resolver.podVolumes(pod)
+		vols, unresolved, err := k.objects.PodVolumes(pod)
 		if err != nil {
 			return err
 		}
-		if !podTerminated(pod) {
+		if !PodTerminated(pod) {
 			for _, v := range vols {
-				needed[v.uniqueName()] = true
+				needed[v.Name] = v
 			}
 		}
 		pods = append(pods, nodePod{pod: pod, vols: vols, unresolved: unresolved})
@@ -372,8 +412,15 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 	inUse, recheck := st.update(needed, now, k.opts.UnmountDelay)
 	ready := st.ready
 	k.mu.Unlock()
-	if recheck > 0 {
+	if recheck > 0 && k.opts.Period == nil {
 		k.queue.AddAfter(name, recheck)
+	}
+	log := klog.FromContext(ctx).WithName("sim-kubelet").V(2)
+	for _, vol := range k.mounts.OnNode(name) {
+		if !inUse[vol] {
+			k.mounts.Set(name, vol, false)
+			log.Info("Unmounted", "node", name, "volume", vol)
+		}
 	}
 
 	if patch := statusPatch(node, inUse, ready, now); patch != nil {
@@ -385,18 +432,77 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 		st.written = updated
 		k.mu.Unlock()
 		node = updated
+		log.Info("Wrote node status", "node", name, "volumesInUse", updated.Status.VolumesInUse, "ready", ready)
+	}
+	for _, vol := range slices.Sorted(maps.Keys(needed)) {
+		waiting, err := k.mount(ctx, node, needed[vol])
+		if err != nil {
+			return err
+		}
+		if waiting && k.opts.Period == nil {
+			k.queue.AddAfter(name, 100*time.Millisecond)
+		}
 	}
 	if k.opts.ManagePods {
-		return k.syncPods(ctx, node, pods, now)
+		return k.syncPods(ctx, node, pods, inUse, now)
 	}
 	return nil
 }
 
+func (k *Kubelet) running(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.state[name].stopped
+}
+
+// mount mounts a volume a pod needs once the node's status lists it in use and
+// attached (if it needs attaching) and, for a CSI volume, its VolumeAttachment
+// says attached, as read from the API server at this instant. It tells whether
+// it waits for the VolumeAttachment, which kubelet's volume manager looks at
+// again every 100 ms.
+func (k *Kubelet) mount(ctx context.Context, cached *corev1.Node, v Volume) (waiting bool, err error) {
+	if k.mounts.Mounted(cached.Name, v.Name) || !k.mayMount(cached, v) {
+		return false, nil
+	}
+	node, err := k.client.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading node %s: %w", cached.Name, err)
+	}
+	if !k.mayMount(node, v) {
+		return false, nil
+	}
+	if !v.ReportOnly() && k.attachRequired(v.Driver) {
+		va, err := k.client.StorageV1().VolumeAttachments().Get(ctx, AttachmentName(v.Driver, v.Handle, node.Name), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && !va.Status.Attached) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading the VolumeAttachment of %s on node %s: %w", v.Name, node.Name, err)
+		}
+	}
+	k.mounts.Set(node.Name, v.Name, true)
+	klog.FromContext(ctx).WithName("sim-kubelet").V(2).Info("Mounted", "node", node.Name, "volume", v.Name)
+	return false, nil
+}
+
+// mayMount tells whether node status lists the volume in use and, if it needs
+// attaching, attached.
+func (k *Kubelet) mayMount(node *corev1.Node, v Volume) bool {
+	if !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) {
+		return false
+	}
+	if !v.ReportOnly() && !k.attachRequired(v.Driver) {
+		return true
+	}
+	return slices.ContainsFunc(node.Status.VolumesAttached, func(av corev1.AttachedVolume) bool { return string(av.Name) == v.Name })
+}
+
 // update computes the volumes to report in use given those pods need now, and when to
 // look again for a volume still being unmounted (0 if none is).
-func (st *nodeState) update(needed map[string]bool, now time.Time, unmountDelay time.Duration) (map[string]bool, time.Duration) {
+func (st *nodeState) update(needed map[string]Volume, now time.Time, unmountDelay time.Duration) (map[string]bool, time.Duration) {
 	for vol := range st.inUse {
-		if _, releasing := st.releasedAt[vol]; !needed[vol] && !st.stuck[vol] && !releasing {
+		_, isNeeded := needed[vol]
+		if _, releasing := st.releasedAt[vol]; !isNeeded && !st.stuck[vol] && !releasing {
 			st.releasedAt[vol] = now
 		}
 	}
@@ -502,6 +608,26 @@ func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for node %s to be ready=%t: %w", node, ready, err)
+	}
+	return nil
+}
+
+// SetRunning starts or stops the kubelet of a node. A stopped kubelet reads and
+// writes nothing and mounts and unmounts nothing; its node's Ready condition is
+// left to others, as the node lifecycle controller.
+func (k *Kubelet) SetRunning(node string, running bool) error {
+	k.mu.Lock()
+	st, ok := k.state[node]
+	wasStopped := ok && st.stopped
+	if ok {
+		st.stopped = !running
+	}
+	k.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("node %s is not simulated", node)
+	}
+	if running && wasStopped {
+		k.enqueue(node)
 	}
 	return nil
 }

@@ -234,7 +234,8 @@ func setAttached(t *testing.T, node string, vols ...string) {
 func TestKubeletManagesPods(t *testing.T) {
 	const ns, node = "kubelet-pods", "kubelet-pods-node"
 	createNamespace(t, ns)
-	k := startKubelet(t, KubeletOptions{Nodes: []string{node}, CreateNodes: true, ManagePods: true, UnmountDelay: 100 * time.Millisecond})
+	mounts := NewMounts()
+	k := startKubelet(t, KubeletOptions{Nodes: []string{node}, CreateNodes: true, ManagePods: true, UnmountDelay: 100 * time.Millisecond, Mounts: mounts})
 	createBoundClaim(t, ns, "data", "kubelet-pods-pv", "pods")
 	vol := UniqueVolumeName(driver, "pods")
 	pod := createPod(t, ns, "pod", node, claimVolume("data", "data"))
@@ -248,21 +249,31 @@ func TestKubeletManagesPods(t *testing.T) {
 	if err := k.WaitInUse(t.Context(), node, vol, true); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if got := phase(t.Context()); got == corev1.PodRunning {
-		t.Fatalf("pod is running before its volume is attached")
-	}
-
 	setAttached(t, node, vol)
 	if k.WaitAttached(t.Context(), node, vol, true) != nil || !k.IsAttached(node, vol) {
 		t.Fatalf("IsAttached does not see the volume in volumesAttached")
 	}
+	time.Sleep(100 * time.Millisecond)
+	if got := phase(t.Context()); got == corev1.PodRunning || mounts.Mounted(node, vol) {
+		t.Fatalf("pod is %s, volume mounted %t, before its VolumeAttachment is attached", got, mounts.Mounted(node, vol))
+	}
+
+	if _, err := StartAttacher(t.Context(), env.AdminConfig(), AttacherOptions{Drivers: []string{driver}}); err != nil {
+		t.Fatal(err)
+	}
+	createAttachment(t, AttachmentName(driver, "pods", node), "kubelet-pods-pv", node)
 	waitFor(t, "pod running", func(ctx context.Context) (bool, error) { return phase(ctx) == corev1.PodRunning, nil })
+	if !mounts.Mounted(node, vol) {
+		t.Fatalf("pod running with its volume not mounted")
+	}
 
 	// A graceful deletion: the simulator stops the containers, unmounts, and removes the pod.
 	deletePod(t, pod, nil)
 	if err := k.WaitInUse(t.Context(), node, vol, false); err != nil {
 		t.Fatal(err)
+	}
+	if mounts.Mounted(node, vol) {
+		t.Errorf("volume left volumesInUse still mounted")
 	}
 	waitFor(t, "pod gone", func(ctx context.Context) (bool, error) {
 		_, err := env.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})

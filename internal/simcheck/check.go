@@ -32,7 +32,7 @@ type Checker struct {
 }
 
 // New returns a checker; report is told of each violation as it happens.
-func New(settings safetyrules.Settings, mounts *simworld.Mounts, report func(string)) *Checker {
+func New(settings safetyrules.Settings, mounts *sim.Mounts, report func(string)) *Checker {
 	return &Checker{report: report, snap: safetyrules.Snapshot{
 		Settings: settings,
 		Nodes:    map[string]*safetyrules.NodeHealth{},

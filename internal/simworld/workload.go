@@ -214,10 +214,10 @@ func (w *World) completePod() bool {
 		if n := w.nodes[p.node]; n == nil || !n.ready {
 			continue
 		}
-		w.mutate("kubelet/"+p.node, fakeapi.Ref{Resource: fakeapi.Pods, Namespace: p.namespace, Name: p.name}, func(obj runtime.Object) bool {
+		w.mutate("kubelet", fakeapi.Ref{Resource: fakeapi.Pods, Namespace: p.namespace, Name: p.name}, func(obj runtime.Object) bool {
 			pod := obj.(*corev1.Pod)
+			pod.Status = sim.StoppedStatus(pod.Status, time.Now())
 			pod.Status.Phase = corev1.PodSucceeded
-			stopContainers(pod)
 			return true
 		})
 		w.logf("pod %s/%s on %s succeeded", p.namespace, p.name, p.node)
@@ -346,7 +346,7 @@ func (w *World) recreateNode() bool {
 	if n == nil {
 		return false
 	}
-	w.startNode(n.name)
+	w.setKubelet(w.createNode(n.name), true)
 	return true
 }
 
