@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -43,28 +42,20 @@ type AttacherOptions struct {
 	Workers int
 }
 
-// AttacherCounts counts what an Attacher did.
-type AttacherCounts struct {
-	// Attached and Detached count successful attaches and detaches.
-	Attached, Detached int
-	// AttachErrors and DetachErrors count the errors written to status.
-	AttachErrors, DetachErrors int
-}
-
 // Attacher stands in for the CSI external-attacher: it puts its finalizer on the
 // VolumeAttachments of its drivers, marks them attached, and on deletion marks them
 // detached and lets them go.
 type Attacher struct {
-	client   kubernetes.Interface
-	opts     AttacherOptions
-	vas      cache.Indexer
-	pvs      corelisters.PersistentVolumeLister
-	queue    workqueue.TypedRateLimitingInterface[string]
-	drivers  map[string]bool
-	failures failures
+	client  kubernetes.Interface
+	opts    AttacherOptions
+	vas     cache.Indexer
+	pvs     corelisters.PersistentVolumeLister
+	queue   workqueue.TypedRateLimitingInterface[string]
+	drivers map[string]bool
 
-	mu     sync.Mutex
-	counts AttacherCounts
+	mu sync.Mutex
+	// failures are the attach errors asked for by volume handle (FailAttach).
+	failures map[string]string
 	// pending are the attaches and detaches under way.
 	pending map[operation]attempt
 	// written is the resourceVersion of each VolumeAttachment as the simulator's last
@@ -84,19 +75,6 @@ type attempt struct {
 	fail bool
 }
 
-// failures are the errors the test asked an Attacher to report, by volume handle.
-type failures struct {
-	mu             sync.Mutex
-	attach, detach map[string]string
-}
-
-func (f *failures) get(m map[string]string, handle string) (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	msg, ok := m[handle]
-	return msg, ok
-}
-
 // StartAttacher starts simulating the external-attacher of opts.Drivers; it runs until
 // ctx is cancelled. It returns once its caches are synced.
 func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) (*Attacher, error) {
@@ -113,13 +91,8 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 		opts.Workers = 4
 	}
 	a := &Attacher{
-		client:    client,
-		opts:      opts,
-		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		drivers:   map[string]bool{},
-		failures:  failures{attach: map[string]string{}, detach: map[string]string{}},
-		pending:   map[operation]attempt{},
-		written:   map[string]uint64{},
+		client: client, opts: opts, queue: newQueue(), drivers: map[string]bool{},
+		failures: map[string]string{}, pending: map[operation]attempt{}, written: map[string]uint64{},
 	}
 	for _, d := range opts.Drivers {
 		a.drivers[d] = true
@@ -135,7 +108,6 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 		return nil, fmt.Errorf("adding volume attachment indexer: %w", err)
 	}
 	a.vas = vaInformer.GetIndexer()
-	pvInformer := factory.Core().V1().PersistentVolumes().Informer()
 	a.pvs = factory.Core().V1().PersistentVolumes().Lister()
 	if _, err := vaInformer.AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
 		if va, ok := obj.(*storagev1.VolumeAttachment); ok && a.drivers[va.Spec.Attacher] {
@@ -145,7 +117,7 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 	})); err != nil {
 		return nil, fmt.Errorf("adding volume attachment event handler: %w", err)
 	}
-	if _, err := pvInformer.AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
+	if _, err := factory.Core().V1().PersistentVolumes().Informer().AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok {
 			return a.attachmentsOf(pv.Name)
 		}
@@ -153,18 +125,10 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 	})); err != nil {
 		return nil, fmt.Errorf("adding persistent volume event handler: %w", err)
 	}
-	factory.Start(ctx.Done())
-	if err := factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
-		return nil, fmt.Errorf("syncing attacher simulator caches: %w", err)
+	if err := startInformers(ctx, factory, "attacher simulator"); err != nil {
+		return nil, err
 	}
-	go func() {
-		<-ctx.Done()
-		a.queue.ShutDown()
-		factory.Shutdown()
-	}()
-	for range opts.Workers {
-		go a.work(ctx)
-	}
+	runWorkers(ctx, "sim-attacher", opts.Workers, a.queue, a.sync)
 	return a, nil
 }
 
@@ -183,92 +147,50 @@ func (a *Attacher) attachmentsOf(pvName string) []string {
 // FailAttach makes attaching the volume with this handle fail with message in
 // status.attachError, until ClearFailures.
 func (a *Attacher) FailAttach(handle, message string) {
-	a.setFailure(a.failures.attach, handle, message)
-}
-
-// FailDetach makes detaching the volume with this handle fail with message in
-// status.detachError (the VolumeAttachment stays), until ClearFailures.
-func (a *Attacher) FailDetach(handle, message string) {
-	a.setFailure(a.failures.detach, handle, message)
-}
-
-// ClearFailures lets attaches and detaches of the volume with this handle succeed.
-func (a *Attacher) ClearFailures(handle string) {
-	a.failures.mu.Lock()
-	delete(a.failures.attach, handle)
-	delete(a.failures.detach, handle)
-	a.failures.mu.Unlock()
+	a.mu.Lock()
+	a.failures[handle] = message
+	a.mu.Unlock()
 	a.enqueueHandle(handle)
 }
 
-func (a *Attacher) setFailure(m map[string]string, handle, message string) {
-	a.failures.mu.Lock()
-	m[handle] = message
-	a.failures.mu.Unlock()
+// ClearFailures lets attaches of the volume with this handle succeed.
+func (a *Attacher) ClearFailures(handle string) {
+	a.mu.Lock()
+	delete(a.failures, handle)
+	a.mu.Unlock()
 	a.enqueueHandle(handle)
 }
 
 func (a *Attacher) enqueueHandle(handle string) {
 	for _, obj := range a.vas.List() {
 		va := obj.(*storagev1.VolumeAttachment)
-		if _, h, ok := a.volume(va); ok && h == handle && a.drivers[va.Spec.Attacher] {
+		if h, ok := a.handle(va); ok && h == handle && a.drivers[va.Spec.Attacher] {
 			a.queue.Add(va.Name)
 		}
 	}
 }
 
-// Counts returns what the Attacher did so far.
-func (a *Attacher) Counts() AttacherCounts {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.counts
-}
-
-// volume returns the CSI driver and handle a VolumeAttachment is for; ok is false
+// handle returns the CSI volume handle a VolumeAttachment is for; ok is false
 // while its PersistentVolume is not known.
-func (a *Attacher) volume(va *storagev1.VolumeAttachment) (driver, handle string, ok bool) {
+func (a *Attacher) handle(va *storagev1.VolumeAttachment) (handle string, ok bool) {
 	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
 		if spec.CSI == nil {
-			return "", "", false
+			return "", false
 		}
-		return spec.CSI.Driver, spec.CSI.VolumeHandle, true
+		return spec.CSI.VolumeHandle, true
 	}
 	if va.Spec.Source.PersistentVolumeName == nil {
-		return "", "", false
+		return "", false
 	}
 	pv, err := a.pvs.Get(*va.Spec.Source.PersistentVolumeName)
 	if err != nil {
-		return "", "", false
+		return "", false
 	}
 	src := CSISource(pv)
 	if src == nil {
-		return "", "", false
+		return "", false
 	}
-	return src.Driver, src.VolumeHandle, true
-}
-
-func (a *Attacher) work(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithName("sim-attacher")
-	for {
-		name, shutdown := a.queue.Get()
-		if shutdown {
-			return
-		}
-		retry, err := a.sync(ctx, name)
-		switch {
-		case err != nil:
-			if ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				logger.Error(err, "Syncing volume attachment", "volumeAttachment", name)
-			}
-			a.queue.AddRateLimited(name)
-		case retry > 0:
-			a.queue.Forget(name)
-			a.queue.AddAfter(name, retry)
-		default:
-			a.queue.Forget(name)
-		}
-		a.queue.Done(name)
-	}
+	return src.VolumeHandle, true
 }
 
 // sync moves one VolumeAttachment on; retry > 0 asks to look again after that long.
@@ -305,11 +227,14 @@ func (a *Attacher) sync(ctx context.Context, name string) (retry time.Duration, 
 }
 
 func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) (time.Duration, error) {
-	_, handle, ok := a.volume(va)
+	handle, ok := a.handle(va)
 	if !ok {
 		return 100 * time.Millisecond, nil
 	}
-	if msg, fail := a.failures.get(a.failures.attach, handle); fail {
+	a.mu.Lock()
+	msg, fail := a.failures[handle]
+	a.mu.Unlock()
+	if fail {
 		if va.Status.AttachError != nil && va.Status.AttachError.Message == msg && !va.Status.Attached {
 			return 0, nil
 		}
@@ -323,31 +248,21 @@ func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) (
 		return left, err
 	}
 	status := map[string]any{"attached": true, "attachError": nil, "attachmentMetadata": map[string]string{"devicePath": "/dev/sim"}}
-	if err := a.patchStatus(ctx, va, status); err != nil {
+	if err := a.patch(ctx, va, "status", map[string]any{"status": status}); err != nil {
 		return 0, err
 	}
 	a.forget(op)
-	a.count(func(c *AttacherCounts) { c.Attached++ })
 	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Attached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
 
 func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, finalizer string) (time.Duration, error) {
-	_, handle, ok := a.volume(va)
-	if ok {
-		if msg, fail := a.failures.get(a.failures.detach, handle); fail {
-			if va.Status.DetachError != nil && va.Status.DetachError.Message == msg {
-				return 0, nil
-			}
-			return 0, a.reportError(ctx, va, true, msg)
-		}
-	}
 	op := operation{uid: va.UID, detach: true}
 	if left, done, err := a.await(ctx, va, op); !done {
 		return left, err
 	}
 	if va.Status.Attached || va.Status.DetachError != nil {
-		if err := a.patchStatus(ctx, va, map[string]any{"attached": false, "detachError": nil}); err != nil {
+		if err := a.patch(ctx, va, "status", map[string]any{"status": map[string]any{"attached": false, "detachError": nil}}); err != nil {
 			return 0, err
 		}
 	}
@@ -356,7 +271,6 @@ func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, f
 	}
 	a.forget(op)
 	a.forget(operation{uid: va.UID})
-	a.count(func(c *AttacherCounts) { c.Detached++ })
 	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Detached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
@@ -394,17 +308,10 @@ func (a *Attacher) reportError(ctx context.Context, va *storagev1.VolumeAttachme
 	if detach {
 		status = map[string]any{"detachError": verr}
 	}
-	if err := a.patchStatus(ctx, va, status); err != nil {
+	if err := a.patch(ctx, va, "status", map[string]any{"status": status}); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Reported an error", "volumeAttachment", va.Name, "node", va.Spec.NodeName, "detach", detach, "error", msg)
-	a.count(func(c *AttacherCounts) {
-		if detach {
-			c.DetachErrors++
-		} else {
-			c.AttachErrors++
-		}
-	})
 	return nil
 }
 
@@ -434,45 +341,32 @@ func (a *Attacher) forget(op operation) {
 	delete(a.pending, op)
 }
 
-func (a *Attacher) count(f func(*AttacherCounts)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f(&a.counts)
-}
-
-func (a *Attacher) patchStatus(ctx context.Context, va *storagev1.VolumeAttachment, status map[string]any) error {
-	patch, err := json.Marshal(map[string]any{"status": status})
-	if err != nil {
-		return fmt.Errorf("encoding status of volume attachment %s: %w", va.Name, err)
-	}
-	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return fmt.Errorf("patching status of volume attachment %s: %w", va.Name, err)
-	}
-	a.wrote(updated)
-	return nil
-}
-
 // patchFinalizers replaces the finalizers of the VolumeAttachment as the simulator
 // last saw it; a conflict means someone changed it meanwhile.
 func (a *Attacher) patchFinalizers(ctx context.Context, va *storagev1.VolumeAttachment, finalizers []string) error {
 	if finalizers == nil {
 		finalizers = []string{}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": va.ResourceVersion}})
-	if err != nil {
-		return fmt.Errorf("encoding finalizers of volume attachment %s: %w", va.Name, err)
-	}
-	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("patching finalizers of volume attachment %s: %w", va.Name, err)
-	}
-	a.wrote(updated)
-	return nil
+	return a.patch(ctx, va, "finalizers", map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": va.ResourceVersion}})
 }
 
-func (a *Attacher) wrote(va *storagev1.VolumeAttachment) {
+// patch applies a merge patch to the VolumeAttachment, or to its status when what
+// is "status".
+func (a *Attacher) patch(ctx context.Context, va *storagev1.VolumeAttachment, what string, body map[string]any) error {
+	patch, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encoding %s of volume attachment %s: %w", what, va.Name, err)
+	}
+	var subresources []string
+	if what == "status" {
+		subresources = []string{"status"}
+	}
+	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
+	if err != nil {
+		return fmt.Errorf("patching %s of volume attachment %s: %w", what, va.Name, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.written[va.Name] = resourceVersion(va)
+	a.written[va.Name] = resourceVersion(updated)
+	return nil
 }

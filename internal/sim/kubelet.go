@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -86,7 +85,7 @@ type KubeletOptions struct {
 //     mounted volume again at the same paths, unpublishing and unstaging nothing
 //     (asserted by TestKubeletRestartKeepsMountedVolume).
 //   - A dead node. SetReady(false) reports Ready False as a live kubelet would; a
-//     stopped kubelet reports nothing, and it is the node lifecycle controller that
+//     stopped kubelet (SetRunning(false)) reports nothing, and it is the node lifecycle controller that
 //     sets Ready Unknown, a grace period after the last lease renewal
 //     (TestKubeletDeadNodeForceDetach).
 type Kubelet struct {
@@ -97,7 +96,6 @@ type Kubelet struct {
 	csiDrivers storagelisters.CSIDriverLister
 	objects    Objects
 	queue      workqueue.TypedRateLimitingInterface[string]
-	mounts     *Mounts
 
 	mu    sync.Mutex
 	state map[string]*nodeState
@@ -137,13 +135,7 @@ func StartKubeletOn(ctx context.Context, client kubernetes.Interface, opts Kubel
 	if opts.Mounts == nil {
 		opts.Mounts = NewMounts()
 	}
-	k := &Kubelet{
-		client: client,
-		opts:   opts,
-		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		mounts: opts.Mounts,
-		state:  map[string]*nodeState{},
-	}
+	k := &Kubelet{client: client, opts: opts, queue: newQueue(), state: map[string]*nodeState{}}
 	for _, name := range opts.Nodes {
 		k.state[name] = &nodeState{ready: true, stuck: map[string]bool{}, inUse: map[string]bool{}, releasedAt: map[string]time.Time{}}
 	}
@@ -157,13 +149,7 @@ func StartKubeletOn(ctx context.Context, client kubernetes.Interface, opts Kubel
 	for _, name := range opts.Nodes {
 		k.enqueue(name)
 	}
-	go func() {
-		<-ctx.Done()
-		k.queue.ShutDown()
-	}()
-	for range opts.Workers {
-		go k.work(ctx)
-	}
+	runWorkers(ctx, "sim-kubelet", opts.Workers, k.queue, k.syncNode)
 	return k, nil
 }
 
@@ -220,16 +206,19 @@ func readyCondition(ready bool, now metav1.Time) corev1.NodeCondition {
 	return cond
 }
 
+// startInformers starts the informers the kubelet reads, which, without Period,
+// also ask for a sync of every node a change concerns.
 func (k *Kubelet) startInformers(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactory(k.client, 0)
 	podInformer := factory.Core().V1().Pods().Informer()
+	nodeOf := func(obj any) []string {
+		if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
+			return []string{pod.Spec.NodeName}
+		}
+		return nil
+	}
 	if err := podInformer.AddIndexers(cache.Indexers{
-		podsByNode: func(obj any) ([]string, error) {
-			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
-				return []string{pod.Spec.NodeName}, nil
-			}
-			return nil, nil
-		},
+		podsByNode: func(obj any) ([]string, error) { return nodeOf(obj), nil },
 		podsByClaim: func(obj any) ([]string, error) {
 			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
 				return podClaims(pod), nil
@@ -244,76 +233,36 @@ func (k *Kubelet) startInformers(ctx context.Context) error {
 	k.csiDrivers = factory.Storage().V1().CSIDrivers().Lister()
 	k.objects = listerObjects(factory.Core().V1().PersistentVolumeClaims().Lister(), factory.Core().V1().PersistentVolumes().Lister())
 
-	handlers := []struct {
-		informer cache.SharedIndexInformer
-		nodes    func(obj any) []string
-	}{
-		{podInformer, func(obj any) []string {
-			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
-				return []string{pod.Spec.NodeName}
-			}
-			return nil
-		}},
-		{factory.Core().V1().Nodes().Informer(), func(obj any) []string {
+	handlers := map[cache.SharedIndexInformer]func(obj any) []string{
+		podInformer: nodeOf,
+		factory.Core().V1().Nodes().Informer(): func(obj any) []string {
 			if node, ok := obj.(*corev1.Node); ok && k.simulates(node.Name) {
 				return []string{node.Name}
 			}
 			return nil
-		}},
-		{factory.Core().V1().PersistentVolumeClaims().Informer(), func(obj any) []string {
+		},
+		factory.Core().V1().PersistentVolumeClaims().Informer(): func(obj any) []string {
 			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 				return k.nodesUsingClaim(pvc.Namespace + "/" + pvc.Name)
 			}
 			return nil
-		}},
-		{factory.Core().V1().PersistentVolumes().Informer(), func(obj any) []string {
+		},
+		factory.Core().V1().PersistentVolumes().Informer(): func(obj any) []string {
 			if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
 				return k.nodesUsingClaim(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
 			}
 			return nil
-		}},
-		{factory.Storage().V1().CSIDrivers().Informer(), func(any) []string {
-			if k.opts.ManagePods {
-				return k.opts.Nodes
+		},
+		factory.Storage().V1().CSIDrivers().Informer(): func(any) []string { return k.opts.Nodes },
+	}
+	for informer, nodes := range handlers {
+		if k.opts.Period == nil {
+			if _, err := informer.AddEventHandler(enqueueHandler(k.queue, nodes)); err != nil {
+				return fmt.Errorf("adding event handler: %w", err)
 			}
-			return nil
-		}},
-	}
-	for _, h := range handlers {
-		if k.opts.Period != nil {
-			continue
-		}
-		if _, err := h.informer.AddEventHandler(enqueueHandler(k.queue, h.nodes)); err != nil {
-			return fmt.Errorf("adding event handler: %w", err)
 		}
 	}
-	factory.Start(ctx.Done())
-	go func() {
-		<-ctx.Done()
-		factory.Shutdown()
-	}()
-	if err := factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
-		return fmt.Errorf("syncing kubelet simulator caches: %w", err)
-	}
-	return nil
-}
-
-// enqueueHandler enqueues the keys keysOf returns for the old and new object of every
-// event.
-func enqueueHandler(queue workqueue.TypedInterface[string], keysOf func(obj any) []string) cache.ResourceEventHandler {
-	add := func(obj any) {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		for _, key := range keysOf(obj) {
-			queue.Add(key)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { add(obj) },
-		UpdateFunc: func(oldObj, newObj any) { add(oldObj); add(newObj) },
-		DeleteFunc: add,
-	}
+	return startInformers(ctx, factory, "kubelet simulator")
 }
 
 func (k *Kubelet) simulates(node string) bool {
@@ -345,7 +294,7 @@ func (k *Kubelet) seedInUse() {
 		}
 		for _, vol := range node.Status.VolumesInUse {
 			st.inUse[string(vol)] = true
-			k.mounts.Set(name, string(vol), true)
+			k.opts.Mounts.Set(name, string(vol), true)
 		}
 	}
 }
@@ -359,36 +308,20 @@ func (k *Kubelet) enqueue(name string) {
 	k.queue.Add(name)
 }
 
-func (k *Kubelet) work(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithName("sim-kubelet")
-	for {
-		name, shutdown := k.queue.Get()
-		if shutdown {
-			return
-		}
-		if err := k.syncNode(ctx, name); err != nil {
-			if ctx.Err() == nil {
-				logger.Error(err, "Syncing node", "node", name)
-			}
-			k.queue.AddRateLimited(name)
-		} else {
-			k.queue.Forget(name)
-			if k.opts.Period != nil && k.running(name) {
-				k.enqueue(name)
-			}
-		}
-		k.queue.Done(name)
-	}
-}
-
-func (k *Kubelet) syncNode(ctx context.Context, name string) error {
+// syncNode brings a node's status and mounts, and with ManagePods its pods, to
+// what its pods need, and returns when to sync it again (0 for on the next change).
+func (k *Kubelet) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	k.mu.Lock()
+	st := k.state[name]
+	stopped := st.stopped
+	k.mu.Unlock()
 	node := k.currentNode(name)
-	if node == nil || !k.running(name) {
-		return nil
+	if node == nil || stopped {
+		return 0, nil
 	}
 	objs, err := k.pods.ByIndex(podsByNode, name)
 	if err != nil {
-		return fmt.Errorf("listing pods of node %s: %w", name, err)
+		return 0, fmt.Errorf("listing pods of node %s: %w", name, err)
 	}
 	now := time.Now()
 	needed := map[string]Volume{}
@@ -397,7 +330,7 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 		pod := obj.(*corev1.Pod)
 		vols, unresolved, err := k.objects.PodVolumes(pod)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if !PodTerminated(pod) {
 			for _, v := range vols {
@@ -408,25 +341,20 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 	}
 
 	k.mu.Lock()
-	st := k.state[name]
-	inUse, recheck := st.update(needed, now, k.opts.UnmountDelay)
+	inUse, retry := st.update(needed, now, k.opts.UnmountDelay)
 	ready := st.ready
 	k.mu.Unlock()
-	if recheck > 0 && k.opts.Period == nil {
-		k.queue.AddAfter(name, recheck)
-	}
 	log := klog.FromContext(ctx).WithName("sim-kubelet").V(2)
-	for _, vol := range k.mounts.OnNode(name) {
+	for _, vol := range k.opts.Mounts.OnNode(name) {
 		if !inUse[vol] {
-			k.mounts.Set(name, vol, false)
+			k.opts.Mounts.Set(name, vol, false)
 			log.Info("Unmounted", "node", name, "volume", vol)
 		}
 	}
-
 	if patch := statusPatch(node, inUse, ready, now); patch != nil {
 		updated, err := k.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if err != nil {
-			return fmt.Errorf("patching status of node %s: %w", name, err)
+			return 0, fmt.Errorf("patching status of node %s: %w", name, err)
 		}
 		k.mu.Lock()
 		st.written = updated
@@ -437,64 +365,23 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 	for _, vol := range slices.Sorted(maps.Keys(needed)) {
 		waiting, err := k.mount(ctx, node, needed[vol])
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if waiting && k.opts.Period == nil {
-			k.queue.AddAfter(name, 100*time.Millisecond)
+		if waiting {
+			retry = sooner(retry, 100*time.Millisecond)
 		}
 	}
 	if k.opts.ManagePods {
-		return k.syncPods(ctx, node, pods, inUse, now)
-	}
-	return nil
-}
-
-func (k *Kubelet) running(name string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return !k.state[name].stopped
-}
-
-// mount mounts a volume a pod needs once the node's status lists it in use and
-// attached (if it needs attaching) and, for a CSI volume, its VolumeAttachment
-// says attached, as read from the API server at this instant. It tells whether
-// it waits for the VolumeAttachment, which kubelet's volume manager looks at
-// again every 100 ms.
-func (k *Kubelet) mount(ctx context.Context, cached *corev1.Node, v Volume) (waiting bool, err error) {
-	if k.mounts.Mounted(cached.Name, v.Name) || !k.mayMount(cached, v) {
-		return false, nil
-	}
-	node, err := k.client.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("reading node %s: %w", cached.Name, err)
-	}
-	if !k.mayMount(node, v) {
-		return false, nil
-	}
-	if !v.ReportOnly() && k.attachRequired(v.Driver) {
-		va, err := k.client.StorageV1().VolumeAttachments().Get(ctx, AttachmentName(v.Driver, v.Handle, node.Name), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && !va.Status.Attached) {
-			return true, nil
-		}
+		stopAt, err := k.syncPods(ctx, node, pods, inUse, now)
 		if err != nil {
-			return false, fmt.Errorf("reading the VolumeAttachment of %s on node %s: %w", v.Name, node.Name, err)
+			return 0, err
 		}
+		retry = sooner(retry, stopAt)
 	}
-	k.mounts.Set(node.Name, v.Name, true)
-	klog.FromContext(ctx).WithName("sim-kubelet").V(2).Info("Mounted", "node", node.Name, "volume", v.Name)
-	return false, nil
-}
-
-// mayMount tells whether node status lists the volume in use and, if it needs
-// attaching, attached.
-func (k *Kubelet) mayMount(node *corev1.Node, v Volume) bool {
-	if !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) {
-		return false
+	if k.opts.Period != nil {
+		return k.opts.Period(), nil
 	}
-	if !v.ReportOnly() && !k.attachRequired(v.Driver) {
-		return true
-	}
-	return slices.ContainsFunc(node.Status.VolumesAttached, func(av corev1.AttachedVolume) bool { return string(av.Name) == v.Name })
+	return retry, nil
 }
 
 // update computes the volumes to report in use given those pods need now, and when to
@@ -523,9 +410,7 @@ func (st *nodeState) update(needed map[string]Volume, now time.Time, unmountDela
 			continue
 		}
 		inUse[vol] = true
-		if recheck == 0 || left < recheck {
-			recheck = left
-		}
+		recheck = sooner(recheck, left)
 	}
 	st.inUse = inUse
 	return inUse, recheck
@@ -545,11 +430,6 @@ func (k *Kubelet) currentNode(name string) *corev1.Node {
 		return written
 	}
 	return cached
-}
-
-func resourceVersion(obj metav1.Object) uint64 {
-	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
-	return rv
 }
 
 // statusPatch returns the strategic merge patch that brings the node's volumesInUse
@@ -590,113 +470,118 @@ func Ready(node *corev1.Node) bool {
 	return false
 }
 
-// SetReady sets a node's Ready condition and waits until the API server has it.
-func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
+// mount mounts a volume a pod needs once the node's status lists it in use and
+// attached (if it needs attaching) and, for a CSI volume, its VolumeAttachment
+// says attached, as read from the API server at this instant. It tells whether
+// it waits for the VolumeAttachment.
+func (k *Kubelet) mount(ctx context.Context, cached *corev1.Node, v Volume) (waiting bool, err error) {
+	if k.opts.Mounts.Mounted(cached.Name, v.Name) || !k.mayMount(cached, v) {
+		return false, nil
+	}
+	node, err := k.client.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading node %s: %w", cached.Name, err)
+	}
+	if !k.mayMount(node, v) {
+		return false, nil
+	}
+	if !v.ReportOnly() && k.attachRequired(v.Driver) {
+		va, err := k.client.StorageV1().VolumeAttachments().Get(ctx, AttachmentName(v.Driver, v.Handle, node.Name), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && !va.Status.Attached) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading the VolumeAttachment of %s on node %s: %w", v.Name, node.Name, err)
+		}
+	}
+	k.opts.Mounts.Set(node.Name, v.Name, true)
+	klog.FromContext(ctx).WithName("sim-kubelet").V(2).Info("Mounted", "node", node.Name, "volume", v.Name)
+	return false, nil
+}
+
+// mayMount tells whether node status lists the volume in use and, if it needs
+// attaching, attached.
+func (k *Kubelet) mayMount(node *corev1.Node, v Volume) bool {
+	if !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) {
+		return false
+	}
+	return (!v.ReportOnly() && !k.attachRequired(v.Driver)) || listsAttached(node, v.Name)
+}
+
+func listsAttached(node *corev1.Node, volume string) bool {
+	return slices.ContainsFunc(node.Status.VolumesAttached, func(av corev1.AttachedVolume) bool { return string(av.Name) == volume })
+}
+
+// change changes what the simulator knows of a node and syncs it.
+func (k *Kubelet) change(node string, f func(*nodeState)) error {
 	k.mu.Lock()
 	st, ok := k.state[node]
 	if ok {
-		st.ready = ready
+		f(st)
 	}
 	k.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("node %s is not simulated", node)
 	}
-	k.queue.Add(node)
-	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
-		n, err := k.nodes.Get(node)
-		return err == nil && Ready(n) == ready, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for node %s to be ready=%t: %w", node, ready, err)
-	}
+	k.enqueue(node)
 	return nil
+}
+
+// SetReady sets a node's Ready condition and waits until the API server has it.
+func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
+	if err := k.change(node, func(st *nodeState) { st.ready = ready }); err != nil {
+		return err
+	}
+	return k.waitNode(ctx, node, fmt.Sprintf("ready=%t", ready), func(n *corev1.Node) bool { return Ready(n) == ready })
 }
 
 // SetRunning starts or stops the kubelet of a node. A stopped kubelet reads and
 // writes nothing and mounts and unmounts nothing; its node's Ready condition is
 // left to others, as the node lifecycle controller.
 func (k *Kubelet) SetRunning(node string, running bool) error {
-	k.mu.Lock()
-	st, ok := k.state[node]
-	wasStopped := ok && st.stopped
-	if ok {
-		st.stopped = !running
-	}
-	k.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("node %s is not simulated", node)
-	}
-	if running && wasStopped {
-		k.enqueue(node)
-	}
-	return nil
+	return k.change(node, func(st *nodeState) { st.stopped = !running })
 }
 
 // SetStuck makes a node report a volume (by unique name) in use whatever its pods do,
 // as when an unmount hangs; with stuck false the volume unmounts normally again.
 func (k *Kubelet) SetStuck(node, volume string, stuck bool) error {
-	k.mu.Lock()
-	st, ok := k.state[node]
-	if ok {
+	return k.change(node, func(st *nodeState) {
 		if stuck {
 			st.stuck[volume] = true
 		} else {
 			delete(st.stuck, volume)
 		}
-	}
-	k.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("node %s is not simulated", node)
-	}
-	k.queue.Add(node)
-	return nil
+	})
 }
 
-// IsAttached tells whether a node's status.volumesAttached lists a volume, as the
-// simulator's cache has it now.
-func (k *Kubelet) IsAttached(node, volume string) bool {
-	n, err := k.nodes.Get(node)
-	if err != nil {
-		return false
-	}
-	for _, av := range n.Status.VolumesAttached {
-		if string(av.Name) == volume {
-			return true
-		}
-	}
-	return false
-}
-
-// IsInUse tells whether a node's status.volumesInUse lists a volume, as the simulator's
-// cache has it now.
-func (k *Kubelet) IsInUse(node, volume string) bool {
-	n, err := k.nodes.Get(node)
-	if err != nil {
-		return false
-	}
-	return slices.Contains(n.Status.VolumesInUse, corev1.UniqueVolumeName(volume))
-}
-
-// WaitAttached waits until IsAttached(node, volume) is attached.
+// WaitAttached waits until the node's status.volumesAttached lists the volume, or
+// no longer does, as the simulator's cache has it.
 func (k *Kubelet) WaitAttached(ctx context.Context, node, volume string, attached bool) error {
-	return k.waitFor(ctx, fmt.Sprintf("volume %s attached=%t on node %s", volume, attached, node), func() bool {
-		return k.IsAttached(node, volume) == attached
+	return k.waitNode(ctx, node, fmt.Sprintf("volume %s attached=%t", volume, attached), func(n *corev1.Node) bool {
+		return listsAttached(n, volume) == attached
 	})
 }
 
-// WaitInUse waits until IsInUse(node, volume) is inUse.
+// WaitInUse waits until the node's status.volumesInUse lists the volume, or no
+// longer does, as the simulator's cache has it.
 func (k *Kubelet) WaitInUse(ctx context.Context, node, volume string, inUse bool) error {
-	return k.waitFor(ctx, fmt.Sprintf("volume %s in use=%t on node %s", volume, inUse, node), func() bool {
-		return k.IsInUse(node, volume) == inUse
+	return k.waitNode(ctx, node, fmt.Sprintf("volume %s in use=%t", volume, inUse), func(n *corev1.Node) bool {
+		return slices.Contains(n.Status.VolumesInUse, corev1.UniqueVolumeName(volume)) == inUse
 	})
 }
 
-func (k *Kubelet) waitFor(ctx context.Context, what string, cond func() bool) error {
+// waitNode waits until cond holds for the node in the simulator's cache, a
+// missing node counting as one with an empty status.
+func (k *Kubelet) waitNode(ctx context.Context, node, what string, cond func(*corev1.Node) bool) error {
 	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
-		return cond(), nil
+		n, err := k.nodes.Get(node)
+		if err != nil {
+			n = &corev1.Node{}
+		}
+		return cond(n), nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for %s: %w", what, err)
+		return fmt.Errorf("waiting for %s on node %s: %w", what, node, err)
 	}
 	return nil
 }

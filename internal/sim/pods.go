@@ -21,8 +21,9 @@ type nodePod struct {
 }
 
 // syncPods plays kubelet's pod lifecycle for the pods on a node
-// (KubeletOptions.ManagePods), given the volumes the node reports in use.
-func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePod, inUse map[string]bool, now time.Time) error {
+// (KubeletOptions.ManagePods), given the volumes the node reports in use, and
+// returns when the next deleted pod's containers stop with GracefulStop.
+func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePod, inUse map[string]bool, now time.Time) (stopAt time.Duration, err error) {
 	needed := map[string]bool{}
 	for _, p := range pods {
 		for _, v := range p.vols {
@@ -35,26 +36,24 @@ func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePo
 		case pod.DeletionTimestamp == nil:
 			if !PodTerminated(pod) && pod.Status.Phase != corev1.PodRunning && k.volumesMounted(node.Name, p) {
 				if err := k.patchPodStatus(ctx, pod, runningStatus(pod, now)); err != nil {
-					return err
+					return 0, err
 				}
 			}
 		case !PodTerminated(pod):
 			if left := pod.DeletionTimestamp.Sub(now); k.opts.GracefulStop && left > 0 {
-				if k.opts.Period == nil {
-					k.queue.AddAfter(node.Name, left)
-				}
+				stopAt = sooner(stopAt, left)
 				continue
 			}
 			if err := k.patchPodStatus(ctx, pod, StoppedStatus(pod.Status, now)); err != nil {
-				return err
+				return 0, err
 			}
 		case !slices.ContainsFunc(p.vols, func(v Volume) bool { return inUse[v.Name] && !needed[v.Name] }):
 			if err := k.deletePod(ctx, pod); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
-	return nil
+	return stopAt, nil
 }
 
 // volumesMounted tells whether all of a pod's volumes are resolved and mounted,
@@ -64,7 +63,7 @@ func (k *Kubelet) volumesMounted(node string, p nodePod) bool {
 		return false
 	}
 	for _, v := range p.vols {
-		if !k.mounts.Mounted(node, v.Name) {
+		if !k.opts.Mounts.Mounted(node, v.Name) {
 			return false
 		}
 	}

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
 	csitranslation "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 
@@ -235,13 +234,4 @@ func PodTerminated(pod *corev1.Pod) bool {
 		}
 	}
 	return true
-}
-
-// clientConfig returns a copy of cfg with the simulator's user agent.
-func clientConfig(cfg *rest.Config, userAgent string) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = userAgent
-	}
-	return cfg
 }
