@@ -90,4 +90,3 @@ func (w *World) deleteNode(n *node) {
 	w.setKubelet(n, false)
 	w.logf("node %s deleted (kubelet stopped)", n.name)
 }
-

@@ -37,7 +37,9 @@ func objects(r fakeapi.Reader) sim.Objects {
 		Claim: func(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
 			return fakeapi.Get[*corev1.PersistentVolumeClaim](r, namespace, name)
 		},
-		PV: func(name string) (*corev1.PersistentVolume, bool) { return fakeapi.Get[*corev1.PersistentVolume](r, "", name) },
+		PV: func(name string) (*corev1.PersistentVolume, bool) {
+			return fakeapi.Get[*corev1.PersistentVolume](r, "", name)
+		},
 	}
 }
 
