@@ -105,14 +105,18 @@ func FCVolumeName(src *corev1.FCVolumeSource) string {
 	return ""
 }
 
-// PVVolume returns the volume of a PersistentVolume, if it is a CSI volume (or an
-// in-tree one with a CSI migration), or an iSCSI or Fibre Channel volume.
+// PVVolume returns the volume of a PersistentVolume, if it is a CSI volume, an
+// in-tree one with a CSI migration (judged by its translation, as the controller
+// judges it), or an iSCSI or Fibre Channel volume.
 func PVVolume(pv *corev1.PersistentVolume) (Volume, bool) {
-	v := Volume{PV: pv.Name, SingleAttach: safetyrules.SingleAttach(pv.Spec.AccessModes)}
-	if csi := CSISource(pv); csi != nil {
-		v.Driver, v.Handle, v.Name = csi.Driver, csi.VolumeHandle, UniqueVolumeName(csi.Driver, csi.VolumeHandle)
-		return v, true
+	if csi := AsCSI(pv); csi != nil {
+		src := csi.Spec.CSI
+		return Volume{
+			PV: pv.Name, Name: UniqueVolumeName(src.Driver, src.VolumeHandle), Driver: src.Driver, Handle: src.VolumeHandle,
+			SingleAttach: safetyrules.SingleAttach(csi.Spec.AccessModes),
+		}, true
 	}
+	v := Volume{PV: pv.Name, SingleAttach: safetyrules.SingleAttach(pv.Spec.AccessModes)}
 	switch src := pv.Spec.PersistentVolumeSource; {
 	case src.ISCSI != nil:
 		v.Name = ISCSIVolumeName(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun)
