@@ -8,16 +8,12 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
 // OutOfServiceTaint is the taint of a node shut down for good (non-graceful shutdown).
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
-
-// NodeVolume is a volume (by unique name) on a node.
-type NodeVolume struct {
-	Node, Volume string
-}
 
 // ReportOnlyName tells whether a unique volume name is an in-tree iSCSI or Fibre
 // Channel volume's.
@@ -71,15 +67,15 @@ func attachRequired(r fakeapi.Reader, driver string) bool {
 
 // Wanted returns the volumes that pods which count need attached, by node: what a
 // correct controller attaches, whether or not the node exists.
-func Wanted(r fakeapi.Reader) map[NodeVolume]sim.Volume {
-	out := map[NodeVolume]sim.Volume{}
+func Wanted(r fakeapi.Reader) map[safetyrules.NodeVolume]sim.Volume {
+	out := map[safetyrules.NodeVolume]sim.Volume{}
 	for _, pod := range fakeapi.List[*corev1.Pod](r) {
 		if !Counts(pod) {
 			continue
 		}
 		for _, v := range PodVolumes(r, pod) {
 			if v.ReportOnly() || attachRequired(r, v.Driver) {
-				out[NodeVolume{pod.Spec.NodeName, v.Name}] = v
+				out[safetyrules.NodeVolume{Node: pod.Spec.NodeName, Volume: v.Name}] = v
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
@@ -312,7 +313,7 @@ func (w *World) copyAttachment() {
 				continue
 			}
 			v, ok := PVVolume(r, *va.Spec.Source.PersistentVolumeName)
-			if _, needed := wanted[NodeVolume{Node: va.Spec.NodeName, Volume: v.Name}]; ok && needed {
+			if _, needed := wanted[safetyrules.NodeVolume{Node: va.Spec.NodeName, Volume: v.Name}]; ok && needed {
 				candidates = append(candidates, va)
 			}
 		}
