@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,9 +73,6 @@ type KubeletOptions struct {
 //     then staged, up to a period after its pod appeared, and an unstaged volume leaves
 //     volumesInUse up to a period after NodeUnstageVolume; meanwhile the pod object is
 //     already gone (TestKubeletMountsOnlyAttached).
-//   - Timing of mounts. The simulator mounts at the first sync that finds a volume
-//     attached, and looks again every 100 ms for a VolumeAttachment not attached
-//     yet, as kubelet's volume manager does.
 //   - What it skips. It has no CSI node side: no CSINode or node ID annotation (the
 //     local cluster makes CSINodes), no NodeStage/NodePublish with the
 //     VolumeAttachment's attachmentMetadata (TestKubeletMountsOnlyAttached), no
@@ -94,6 +92,7 @@ type Kubelet struct {
 	pods       cache.Indexer
 	nodes      corelisters.NodeLister
 	csiDrivers storagelisters.CSIDriverLister
+	vas        storagelisters.VolumeAttachmentLister
 	objects    Objects
 	queue      workqueue.TypedRateLimitingInterface[string]
 
@@ -231,6 +230,7 @@ func (k *Kubelet) startInformers(ctx context.Context) error {
 	k.pods = podInformer.GetIndexer()
 	k.nodes = factory.Core().V1().Nodes().Lister()
 	k.csiDrivers = factory.Storage().V1().CSIDrivers().Lister()
+	k.vas = factory.Storage().V1().VolumeAttachments().Lister()
 	k.objects = listerObjects(factory.Core().V1().PersistentVolumeClaims().Lister(), factory.Core().V1().PersistentVolumes().Lister())
 
 	handlers := map[cache.SharedIndexInformer]func(obj any) []string{
@@ -254,6 +254,12 @@ func (k *Kubelet) startInformers(ctx context.Context) error {
 			return nil
 		},
 		factory.Storage().V1().CSIDrivers().Informer(): func(any) []string { return k.opts.Nodes },
+		factory.Storage().V1().VolumeAttachments().Informer(): func(obj any) []string {
+			if va, ok := obj.(*storagev1.VolumeAttachment); ok && k.simulates(va.Spec.NodeName) {
+				return []string{va.Spec.NodeName}
+			}
+			return nil
+		},
 	}
 	for informer, nodes := range handlers {
 		if k.opts.Period == nil {
@@ -363,13 +369,7 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) (time.Duration, err
 		log.Info("Wrote node status", "node", name, "volumesInUse", updated.Status.VolumesInUse, "ready", ready)
 	}
 	for _, vol := range slices.Sorted(maps.Keys(needed)) {
-		waiting, err := k.mount(ctx, node, needed[vol])
-		if err != nil {
-			return 0, err
-		}
-		if waiting {
-			retry = sooner(retry, 100*time.Millisecond)
-		}
+		k.mount(ctx, node, needed[vol])
 	}
 	if k.opts.ManagePods {
 		stopAt, err := k.syncPods(ctx, node, pods, inUse, now)
@@ -470,42 +470,23 @@ func Ready(node *corev1.Node) bool {
 	return false
 }
 
-// mount mounts a volume a pod needs once the node's status lists it in use and
-// attached (if it needs attaching) and, for a CSI volume, its VolumeAttachment
-// says attached, as read from the API server at this instant. It tells whether
-// it waits for the VolumeAttachment.
-func (k *Kubelet) mount(ctx context.Context, cached *corev1.Node, v Volume) (waiting bool, err error) {
-	if k.opts.Mounts.Mounted(cached.Name, v.Name) || !k.mayMount(cached, v) {
-		return false, nil
+// mount mounts a volume a pod needs once node status lists it in use and, if it
+// needs attaching, attached, with its VolumeAttachment, for a CSI volume, attached.
+func (k *Kubelet) mount(ctx context.Context, node *corev1.Node, v Volume) {
+	if k.opts.Mounts.Mounted(node.Name, v.Name) || !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) {
+		return
 	}
-	node, err := k.client.CoreV1().Nodes().Get(ctx, cached.Name, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("reading node %s: %w", cached.Name, err)
-	}
-	if !k.mayMount(node, v) {
-		return false, nil
+	if v.ReportOnly() && !listsAttached(node, v.Name) {
+		return
 	}
 	if !v.ReportOnly() && k.attachRequired(v.Driver) {
-		va, err := k.client.StorageV1().VolumeAttachments().Get(ctx, AttachmentName(v.Driver, v.Handle, node.Name), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && !va.Status.Attached) {
-			return true, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("reading the VolumeAttachment of %s on node %s: %w", v.Name, node.Name, err)
+		va, err := k.vas.Get(AttachmentName(v.Driver, v.Handle, node.Name))
+		if err != nil || !va.Status.Attached || !listsAttached(node, v.Name) {
+			return
 		}
 	}
 	k.opts.Mounts.Set(node.Name, v.Name, true)
 	klog.FromContext(ctx).WithName("sim-kubelet").V(2).Info("Mounted", "node", node.Name, "volume", v.Name)
-	return false, nil
-}
-
-// mayMount tells whether node status lists the volume in use and, if it needs
-// attaching, attached.
-func (k *Kubelet) mayMount(node *corev1.Node, v Volume) bool {
-	if !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) {
-		return false
-	}
-	return (!v.ReportOnly() && !k.attachRequired(v.Driver)) || listsAttached(node, v.Name)
 }
 
 func listsAttached(node *corev1.Node, volume string) bool {
