@@ -37,8 +37,8 @@ type KubeletOptions struct {
 	// CreateNodes creates the Node objects that do not exist yet. Existing nodes get
 	// the controller-managed annotation added.
 	CreateNodes bool
-	// UnmountDelay is how long a volume stays in volumesInUse after the last pod on the
-	// node that used it terminated.
+	// UnmountDelay is how long a volume stays mounted, and in volumesInUse, after the
+	// last pod on the node that used it terminated.
 	UnmountDelay time.Duration
 	// ManagePods also plays kubelet's part for the pods on the nodes: a pod becomes
 	// Running once all its volumes are mounted; a deleted pod gets its containers

@@ -1,18 +1,18 @@
 // Package simworld simulates, on a fakeapi store, everything around an attach/detach
 // controller: a workload of pods using ReadWriteOnce, ReadWriteOncePod and
 // ReadWriteMany volumes, CSI, in-tree iSCSI and Fibre Channel PVs, and iSCSI
-// volumes inline in the pod, moving between nodes; nodes going NotReady, tainted
-// out of service, deleted and created again; each node's kubelet (volumesInUse
-// first, mount only once node status lists the volume attached and, for a CSI
-// volume, its VolumeAttachment says attached, unmount before leaving
-// volumesInUse); the CSI external-attacher, slow and failing at times; pod
-// garbage collection; the cloud provider's shutdown taint on nodes not Ready;
-// and another tool that copies VolumeAttachments in use. The iSCSI and Fibre Channel volumes have no
+// volumes inline in the pod, moving between nodes; nodes going NotReady (their
+// kubelet stopped), tainted out of service, deleted and created again; each
+// node's kubelet and the CSI external-attacher, slow and failing at times
+// (internal/sim's, each on a client of the store); pod garbage collection; the
+// cloud provider's shutdown taint on nodes not Ready; and another tool that
+// copies VolumeAttachments in use. The iSCSI and Fibre Channel volumes have no
 // VolumeAttachment: node status listing them is the whole attach.
 //
-// All of it runs on one goroutine from a schedule of timed steps, and every random
-// choice comes from the one *rand.Rand it is given: given the same seed and the same
-// answers from the API, it does the same things at the same simulated times.
+// The world runs on one goroutine from a schedule of timed steps, every choice
+// drawn from the one *rand.Rand it is given. The kubelets and the attacher run
+// on goroutines of their own and draw from a generator of their own, seeded
+// from it: what they do depends on the seed and on when they run.
 package simworld
 
 import (
