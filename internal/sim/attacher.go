@@ -78,11 +78,7 @@ type attempt struct {
 // StartAttacher starts simulating the external-attacher of opts.Drivers; it runs until
 // ctx is cancelled. It returns once its caches are synced.
 func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) (*Attacher, error) {
-	client, err := kubernetes.NewForConfig(clientConfig(cfg, "sim-attacher"))
-	if err != nil {
-		return nil, fmt.Errorf("creating attacher simulator client: %w", err)
-	}
-	return StartAttacherOn(ctx, client, opts)
+	return start(ctx, cfg, "sim-attacher", opts, StartAttacherOn)
 }
 
 // StartAttacherOn is StartAttacher on a client of the caller's.

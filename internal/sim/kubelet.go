@@ -119,11 +119,7 @@ type nodeState struct {
 // StartKubelet starts simulating kubelet on opts.Nodes; it runs until ctx is cancelled.
 // It returns once the nodes exist (when CreateNodes is set) and its caches are synced.
 func StartKubelet(ctx context.Context, cfg *rest.Config, opts KubeletOptions) (*Kubelet, error) {
-	client, err := kubernetes.NewForConfig(clientConfig(cfg, "sim-kubelet"))
-	if err != nil {
-		return nil, fmt.Errorf("creating kubelet simulator client: %w", err)
-	}
-	return StartKubeletOn(ctx, client, opts)
+	return start(ctx, cfg, "sim-kubelet", opts, StartKubeletOn)
 }
 
 // StartKubeletOn is StartKubelet on a client of the caller's.

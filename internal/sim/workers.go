@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -98,11 +99,17 @@ func resourceVersion(obj metav1.Object) uint64 {
 	return rv
 }
 
-// clientConfig returns a copy of cfg with the simulator's user agent.
-func clientConfig(cfg *rest.Config, userAgent string) *rest.Config {
+// start starts a simulator on a client made from cfg, with its user agent unless
+// cfg has one.
+func start[S, O any](ctx context.Context, cfg *rest.Config, userAgent string, opts O, startOn func(context.Context, kubernetes.Interface, O) (S, error)) (S, error) {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = userAgent
 	}
-	return cfg
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		var none S
+		return none, fmt.Errorf("creating the %s client: %w", userAgent, err)
+	}
+	return startOn(ctx, client, opts)
 }

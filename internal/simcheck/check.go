@@ -290,7 +290,7 @@ func singleAttachReportOnly(r fakeapi.Reader) map[string]safetyrules.Volume {
 func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 	var diffs []string
 	want := map[string]safetyrules.NodeVolume{} // VolumeAttachment name → node and volume
-	listed := map[string]map[string]bool{}   // node → volumes it must list
+	listed := map[string]map[string]bool{}      // node → volumes it must list
 	wanted := simworld.Wanted(r)
 	stuck := map[string]bool{}
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {

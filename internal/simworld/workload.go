@@ -227,8 +227,9 @@ func (w *World) completePod() bool {
 	return false
 }
 
-// pickNode returns a random node for which ok holds.
-func (w *World) pickNode(ok func(n *node) bool) *node {
+// onRandomNode does something to a random node for which ok holds; false if
+// there is none.
+func (w *World) onRandomNode(ok func(n *node) bool, do func(n *node)) bool {
 	var candidates []*node
 	for _, name := range w.nodeNames() {
 		if n := w.nodes[name]; ok(n) {
@@ -236,69 +237,47 @@ func (w *World) pickNode(ok func(n *node) bool) *node {
 		}
 	}
 	if len(candidates) == 0 {
-		return nil
+		return false
 	}
-	return candidates[w.rng.IntN(len(candidates))]
+	do(candidates[w.rng.IntN(len(candidates))])
+	return true
 }
 
 func (w *World) nodeNotReady() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists && n.ready })
-	if n == nil {
-		return false
-	}
-	w.setReady(n, false)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists && n.ready }, func(n *node) { w.setReady(n, false) })
 }
 
 func (w *World) nodeReady() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists && !n.ready })
-	if n == nil {
-		return false
-	}
-	w.setReady(n, true)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists && !n.ready }, func(n *node) { w.setReady(n, true) })
 }
 
 // taintNode marks a NotReady node out of service, as an admin does once it is
 // known to be shut down.
 func (w *World) taintNode() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists && !n.ready })
-	if n == nil {
-		return false
-	}
-	w.setTaint(n, true)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists && !n.ready }, func(n *node) { w.setTaint(n, true) })
 }
 
 func (w *World) untaintNode() bool {
-	n := w.pickNode(func(n *node) bool {
+	return w.onRandomNode(func(n *node) bool {
 		node, ok := getObject[*corev1.Node](w.store, "", n.name)
 		return n.exists && ok && OutOfService(node)
-	})
-	if n == nil {
-		return false
-	}
-	w.setTaint(n, false)
-	return true
+	}, func(n *node) { w.setTaint(n, false) })
 }
 
 // shutdownNode puts the cloud provider's shutdown taint on a NotReady node; it
 // goes when the node is Ready again.
 func (w *World) shutdownNode() bool {
-	n := w.pickNode(func(n *node) bool {
+	return w.onRandomNode(func(n *node) bool {
 		node, ok := getObject[*corev1.Node](w.store, "", n.name)
 		return n.exists && !n.ready && ok && !ShutdownTainted(node)
+	}, func(n *node) {
+		w.mutate("cloud-node-lifecycle", fakeapi.Ref{Resource: fakeapi.Nodes, Name: n.name}, func(obj runtime.Object) bool {
+			node := obj.(*corev1.Node)
+			node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: ShutdownTaint, Effect: corev1.TaintEffectNoSchedule})
+			return true
+		})
+		w.logf("node %s shutdown taint added", n.name)
 	})
-	if n == nil {
-		return false
-	}
-	w.mutate("cloud-node-lifecycle", fakeapi.Ref{Resource: fakeapi.Nodes, Name: n.name}, func(obj runtime.Object) bool {
-		node := obj.(*corev1.Node)
-		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: ShutdownTaint, Effect: corev1.TaintEffectNoSchedule})
-		return true
-	})
-	w.logf("node %s shutdown taint added", n.name)
-	return true
 }
 
 // copyAttachment copies an attached VolumeAttachment of the controller's whose
@@ -334,21 +313,11 @@ const copyPrefix = "copy-"
 func IsCopy(va *storagev1.VolumeAttachment) bool { return strings.HasPrefix(va.Name, copyPrefix) }
 
 func (w *World) removeNode() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists })
-	if n == nil {
-		return false
-	}
-	w.deleteNode(n)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists }, w.deleteNode)
 }
 
 func (w *World) recreateNode() bool {
-	n := w.pickNode(func(n *node) bool { return !n.exists })
-	if n == nil {
-		return false
-	}
-	w.setKubelet(w.createNode(n.name), true)
-	return true
+	return w.onRandomNode(func(n *node) bool { return !n.exists }, func(n *node) { w.setKubelet(w.createNode(n.name), true) })
 }
 
 // createLatePV creates a PV whose claim was bound to it before it existed.
