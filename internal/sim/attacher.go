@@ -115,7 +115,7 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 	}
 	if _, err := factory.Core().V1().PersistentVolumes().Informer().AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok {
-			return a.attachmentsOf(pv.Name)
+			return lookUp(a.vas, attachmentsByPV, pv.Name, func(va *storagev1.VolumeAttachment) string { return va.Name })
 		}
 		return nil
 	})); err != nil {
@@ -126,18 +126,6 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 	}
 	runWorkers(ctx, "sim-attacher", opts.Workers, a.queue, a.sync)
 	return a, nil
-}
-
-func (a *Attacher) attachmentsOf(pvName string) []string {
-	objs, err := a.vas.ByIndex(attachmentsByPV, pvName)
-	if err != nil {
-		return nil
-	}
-	var names []string
-	for _, obj := range objs {
-		names = append(names, obj.(*storagev1.VolumeAttachment).Name)
-	}
-	return names
 }
 
 // FailAttach makes attaching the volume with this handle fail with message in

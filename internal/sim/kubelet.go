@@ -273,15 +273,7 @@ func (k *Kubelet) simulates(node string) bool {
 }
 
 func (k *Kubelet) nodesUsingClaim(claim string) []string {
-	pods, err := k.pods.ByIndex(podsByClaim, claim)
-	if err != nil {
-		return nil
-	}
-	var nodes []string
-	for _, obj := range pods {
-		nodes = append(nodes, obj.(*corev1.Pod).Spec.NodeName)
-	}
-	return nodes
+	return lookUp(k.pods, podsByClaim, claim, func(pod *corev1.Pod) string { return pod.Spec.NodeName })
 }
 
 // seedInUse takes over what already-existing nodes report in use, as mounted, so

@@ -86,6 +86,20 @@ func enqueueHandler(queue workqueue.TypedInterface[string], keysOf func(obj any)
 	}
 }
 
+// lookUp returns what keyOf says of each object the indexer holds under key in
+// index.
+func lookUp[T any](indexer cache.Indexer, index, key string, keyOf func(T) string) []string {
+	objs, err := indexer.ByIndex(index, key)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		out = append(out, keyOf(obj.(T)))
+	}
+	return out
+}
+
 // sooner returns the shorter of two waits, 0 standing for none.
 func sooner(a, b time.Duration) time.Duration {
 	if a == 0 || (b > 0 && b < a) {
