@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -253,8 +254,12 @@ func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, f
 	if err := a.patchFinalizers(ctx, va, slices.DeleteFunc(slices.Clone(va.Finalizers), func(f string) bool { return f == finalizer })); err != nil {
 		return 0, err
 	}
-	a.forget(op)
-	a.forget(operation{uid: va.UID})
+	a.mu.Lock()
+	// The object goes: no copy of it left in the cache is acted on.
+	a.written[va.Name] = math.MaxUint64
+	delete(a.pending, op)
+	delete(a.pending, operation{uid: va.UID})
+	a.mu.Unlock()
 	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Detached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
