@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
 // syncTimeout bounds how long Violations waits for the watches to catch up.
@@ -284,7 +285,7 @@ func (c *Checker) apply(s *stream, typ watch.EventType, obj runtime.Object, init
 			c.pvs[name] = h
 		}
 		pv := obj.(*corev1.PersistentVolume)
-		h.add(pvVersion{rv: rv, exists: exists, facts: factsOf(pv)})
+		h.add(pvVersion{rv: rv, exists: exists, volume: csiVolume(pv)})
 	case attachmentKind:
 		c.applyAttachment(name, rv, obj.(*storagev1.VolumeAttachment), exists, initial)
 	}
@@ -328,8 +329,8 @@ func (c *Checker) applyAttachment(name string, rv uint64, va *storagev1.VolumeAt
 // scheduleOverlapCheck looks at the nodes a volume has VolumeAttachments on, and when
 // there are several (and there were not the same several before), schedules the check
 // that the volume may be attached to several nodes.
-func (c *Checker) scheduleOverlapCheck(vol volumeRef, rv uint64) {
-	key := vol.key()
+func (c *Checker) scheduleOverlapCheck(ref volumeRef, rv uint64) {
+	key := ref.key()
 	attachmentsOf := map[string][]string{}
 	for name, node := range c.byVolume[key] {
 		attachmentsOf[node] = append(attachmentsOf[node], name)
@@ -347,11 +348,11 @@ func (c *Checker) scheduleOverlapCheck(vol volumeRef, rv uint64) {
 	}
 	c.overlaps[key] = nodes
 	c.pending = append(c.pending, check{rv: rv, needs: []kind{pvKind}, judge: func() []string {
-		facts, known := c.volumeFacts(vol, rv)
+		vol, known := c.volumeAt(ref, rv)
 		if !known {
 			return nil
 		}
-		v := safetyrules.Volume{Ref: describe(vol), Name: facts.uniqueName, SingleAttach: facts.singleAttach}
+		v := safetyrules.Volume{Ref: describe(ref), Name: vol.Name, SingleAttach: vol.SingleAttach}
 		var attachments []safetyrules.Attachment
 		for node, names := range attachmentsOf {
 			for _, name := range names {
@@ -367,8 +368,8 @@ func (c *Checker) scheduleOverlapCheck(vol volumeRef, rv uint64) {
 // sees no pods: a node not Ready may lose any volume.
 func (c *Checker) scheduleDeletionCheck(name string, rv uint64, a attachment) {
 	c.pending = append(c.pending, check{rv: rv, needs: []kind{nodeKind, pvKind}, judge: func() []string {
-		facts, known := c.volumeFacts(a.volume, rv)
-		if !known || facts.uniqueName == "" {
+		vol, known := c.volumeAt(a.volume, rv)
+		if !known || vol.Name == "" {
 			return nil
 		}
 		h := c.nodes[a.node]
@@ -383,11 +384,11 @@ func (c *Checker) scheduleDeletionCheck(name string, rv uint64, a attachment) {
 			Nodes: map[string]*safetyrules.NodeHealth{a.node: {
 				Deleted: !node.exists, Unhealthy: !node.exists || !node.ready, OutOfService: node.outOfService,
 			}},
-			Mounted: func(_, vol string) bool {
-				return h.mayHaveMounted(rv, func(v nodeVersion) bool { return v.inUse[vol] }, func(v nodeVersion) bool { return v.attached[vol] })
+			Mounted: func(_, volume string) bool {
+				return h.mayHaveMounted(rv, func(v nodeVersion) bool { return v.inUse[volume] }, func(v nodeVersion) bool { return v.attached[volume] })
 			},
 		}
-		v, broken := snap.Detached(safetyrules.Detach{Node: a.node, Volume: facts.uniqueName, Attachment: name, When: atRV(rv)})
+		v, broken := snap.Detached(safetyrules.Detach{Node: a.node, Volume: vol.Name, Attachment: name, When: atRV(rv)})
 		if !broken {
 			return nil
 		}
@@ -407,23 +408,23 @@ func worded(vs ...safetyrules.Violation) []string {
 
 func describe(vol volumeRef) string {
 	if vol.inline != nil {
-		return "inline " + vol.inline.uniqueName
+		return "inline " + vol.inline.Name
 	}
 	return "PV " + vol.pv
 }
 
-// volumeFacts returns what is known of a volume at rv: for a PersistentVolume, its
+// volumeAt returns what is known of a volume at rv: for a PersistentVolume, its
 // newest version that existed by then. c.mu is held.
-func (c *Checker) volumeFacts(vol volumeRef, rv uint64) (volumeFacts, bool) {
+func (c *Checker) volumeAt(vol volumeRef, rv uint64) (sim.Volume, bool) {
 	if vol.inline != nil {
 		return *vol.inline, true
 	}
 	h := c.pvs[vol.pv]
 	if h == nil {
-		return volumeFacts{}, false
+		return sim.Volume{}, false
 	}
 	v, ok := h.lastExisting(rv, func(v pvVersion) bool { return v.exists })
-	return v.facts, ok
+	return v.volume, ok
 }
 
 // evaluate judges the pending checks whose streams have caught up. c.mu is held.

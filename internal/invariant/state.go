@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
@@ -26,21 +25,15 @@ type attachment struct {
 type volumeRef struct {
 	pv string
 	// inline is set for inline volumes, with everything the checks need.
-	inline *volumeFacts
+	inline *sim.Volume
 }
 
 // key is unique per volume among VolumeAttachments.
 func (r volumeRef) key() string {
 	if r.inline != nil {
-		return "inline " + r.inline.uniqueName
+		return "inline " + r.inline.Name
 	}
 	return "pv " + r.pv
-}
-
-// volumeFacts are what the checks need to know about a volume.
-type volumeFacts struct {
-	uniqueName   string
-	singleAttach bool
 }
 
 func attachmentOf(va *storagev1.VolumeAttachment) attachment {
@@ -49,25 +42,19 @@ func attachmentOf(va *storagev1.VolumeAttachment) attachment {
 	case src.PersistentVolumeName != nil:
 		a.volume.pv = *src.PersistentVolumeName
 	case src.InlineVolumeSpec != nil:
-		pv := &corev1.PersistentVolume{Spec: *src.InlineVolumeSpec}
-		facts := factsOf(pv)
-		a.volume.inline = &facts
+		v := csiVolume(&corev1.PersistentVolume{Spec: *src.InlineVolumeSpec})
+		a.volume.inline = &v
 	}
 	return a
 }
 
-// factsOf judges a PersistentVolume, or an inline volume's spec, as the
-// controller must: a migrated in-tree volume by its translation, whose access
-// modes may differ from its own.
-func factsOf(pv *corev1.PersistentVolume) volumeFacts {
-	csi := sim.AsCSI(pv)
-	if csi == nil {
-		return volumeFacts{}
+// csiVolume judges a PersistentVolume, or an inline volume's spec, as the
+// controller must (sim.PVVolume); the zero Volume if it is not a CSI volume.
+func csiVolume(pv *corev1.PersistentVolume) sim.Volume {
+	if v, ok := sim.PVVolume(pv); ok && !v.ReportOnly() {
+		return v
 	}
-	return volumeFacts{
-		uniqueName:   sim.UniqueVolumeName(csi.Spec.CSI.Driver, csi.Spec.CSI.VolumeHandle),
-		singleAttach: safetyrules.SingleAttach(csi.Spec.AccessModes),
-	}
+	return sim.Volume{}
 }
 
 // nodeVersion is a node's state from one resourceVersion on.
@@ -86,11 +73,7 @@ func nodeVersionOf(rv uint64, node *corev1.Node, exists bool) nodeVersion {
 	if !exists {
 		return v
 	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			v.ready = c.Status == corev1.ConditionTrue
-		}
-	}
+	v.ready = sim.Ready(node)
 	for _, taint := range node.Spec.Taints {
 		v.outOfService = v.outOfService || taint.Key == outOfServiceTaint
 	}
@@ -122,7 +105,7 @@ func (h *history[V]) mayHaveMounted(rv uint64, inUse, attached func(V) bool) boo
 type pvVersion struct {
 	rv     uint64
 	exists bool
-	facts  volumeFacts
+	volume sim.Volume
 }
 
 // history is the successive versions of one object, oldest first.

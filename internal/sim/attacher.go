@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -35,33 +35,30 @@ type AttacherOptions struct {
 	// DetachDelay is how long a detach takes, from the moment the simulator first sees
 	// the VolumeAttachment deleted.
 	DetachDelay time.Duration
+	// Attempt, if set, draws how long each attach or detach attempt takes and
+	// whether it fails, in place of AttachDelay and DetachDelay; a failed attempt
+	// is reported in status and tried again.
+	Attempt func(detach bool) (took time.Duration, fail bool)
 	// Workers is the number of VolumeAttachments handled in parallel; 4 by default.
 	Workers int
-}
-
-// AttacherCounts counts what an Attacher did.
-type AttacherCounts struct {
-	// Attached and Detached count successful attaches and detaches.
-	Attached, Detached int
-	// AttachErrors and DetachErrors count the errors written to status.
-	AttachErrors, DetachErrors int
 }
 
 // Attacher stands in for the CSI external-attacher: it puts its finalizer on the
 // VolumeAttachments of its drivers, marks them attached, and on deletion marks them
 // detached and lets them go.
 type Attacher struct {
-	client   kubernetes.Interface
-	opts     AttacherOptions
-	vas      cache.Indexer
-	pvs      corelisters.PersistentVolumeLister
-	queue    workqueue.TypedRateLimitingInterface[string]
-	drivers  map[string]bool
-	failures failures
+	client  kubernetes.Interface
+	opts    AttacherOptions
+	vas     cache.Indexer
+	pvs     corelisters.PersistentVolumeLister
+	queue   workqueue.TypedRateLimitingInterface[string]
+	drivers map[string]bool
 
-	mu        sync.Mutex
-	counts    AttacherCounts
-	firstSeen map[operation]time.Time // when each attach or detach began
+	mu sync.Mutex
+	// failures are the attach errors asked for by volume handle (FailAttach).
+	failures map[string]string
+	// pending are the attaches and detaches under way.
+	pending map[operation]attempt
 	// written is the resourceVersion of each VolumeAttachment as the simulator's last
 	// patch left it: an older copy in the cache is stale and not acted on.
 	written map[string]uint64
@@ -73,37 +70,26 @@ type operation struct {
 	detach bool
 }
 
-// failures are the errors the test asked an Attacher to report, by volume handle.
-type failures struct {
-	mu             sync.Mutex
-	attach, detach map[string]string
-}
-
-func (f *failures) get(m map[string]string, handle string) (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	msg, ok := m[handle]
-	return msg, ok
+// attempt is one try of an operation: when it ends, and whether it fails then.
+type attempt struct {
+	ends time.Time
+	fail bool
 }
 
 // StartAttacher starts simulating the external-attacher of opts.Drivers; it runs until
 // ctx is cancelled. It returns once its caches are synced.
 func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) (*Attacher, error) {
-	client, err := kubernetes.NewForConfig(clientConfig(cfg, "sim-attacher"))
-	if err != nil {
-		return nil, fmt.Errorf("creating attacher simulator client: %w", err)
-	}
+	return start(ctx, cfg, "sim-attacher", opts, StartAttacherOn)
+}
+
+// StartAttacherOn is StartAttacher on a client of the caller's.
+func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts AttacherOptions) (*Attacher, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
 	a := &Attacher{
-		client:    client,
-		opts:      opts,
-		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		drivers:   map[string]bool{},
-		failures:  failures{attach: map[string]string{}, detach: map[string]string{}},
-		firstSeen: map[operation]time.Time{},
-		written:   map[string]uint64{},
+		client: client, opts: opts, queue: newQueue(), drivers: map[string]bool{},
+		failures: map[string]string{}, pending: map[operation]attempt{}, written: map[string]uint64{},
 	}
 	for _, d := range opts.Drivers {
 		a.drivers[d] = true
@@ -119,7 +105,6 @@ func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) 
 		return nil, fmt.Errorf("adding volume attachment indexer: %w", err)
 	}
 	a.vas = vaInformer.GetIndexer()
-	pvInformer := factory.Core().V1().PersistentVolumes().Informer()
 	a.pvs = factory.Core().V1().PersistentVolumes().Lister()
 	if _, err := vaInformer.AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
 		if va, ok := obj.(*storagev1.VolumeAttachment); ok && a.drivers[va.Spec.Attacher] {
@@ -129,130 +114,68 @@ func StartAttacher(ctx context.Context, cfg *rest.Config, opts AttacherOptions) 
 	})); err != nil {
 		return nil, fmt.Errorf("adding volume attachment event handler: %w", err)
 	}
-	if _, err := pvInformer.AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
+	if _, err := factory.Core().V1().PersistentVolumes().Informer().AddEventHandler(enqueueHandler(a.queue, func(obj any) []string {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok {
-			return a.attachmentsOf(pv.Name)
+			return lookUp(a.vas, attachmentsByPV, pv.Name, func(va *storagev1.VolumeAttachment) string { return va.Name })
 		}
 		return nil
 	})); err != nil {
 		return nil, fmt.Errorf("adding persistent volume event handler: %w", err)
 	}
-	factory.Start(ctx.Done())
-	if err := factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
-		return nil, fmt.Errorf("syncing attacher simulator caches: %w", err)
+	if err := startInformers(ctx, factory, "attacher simulator"); err != nil {
+		return nil, err
 	}
-	go func() {
-		<-ctx.Done()
-		a.queue.ShutDown()
-		factory.Shutdown()
-	}()
-	for range opts.Workers {
-		go a.work(ctx)
-	}
+	runWorkers(ctx, "sim-attacher", opts.Workers, a.queue, a.sync)
 	return a, nil
-}
-
-func (a *Attacher) attachmentsOf(pvName string) []string {
-	objs, err := a.vas.ByIndex(attachmentsByPV, pvName)
-	if err != nil {
-		return nil
-	}
-	var names []string
-	for _, obj := range objs {
-		names = append(names, obj.(*storagev1.VolumeAttachment).Name)
-	}
-	return names
 }
 
 // FailAttach makes attaching the volume with this handle fail with message in
 // status.attachError, until ClearFailures.
 func (a *Attacher) FailAttach(handle, message string) {
-	a.setFailure(a.failures.attach, handle, message)
-}
-
-// FailDetach makes detaching the volume with this handle fail with message in
-// status.detachError (the VolumeAttachment stays), until ClearFailures.
-func (a *Attacher) FailDetach(handle, message string) {
-	a.setFailure(a.failures.detach, handle, message)
-}
-
-// ClearFailures lets attaches and detaches of the volume with this handle succeed.
-func (a *Attacher) ClearFailures(handle string) {
-	a.failures.mu.Lock()
-	delete(a.failures.attach, handle)
-	delete(a.failures.detach, handle)
-	a.failures.mu.Unlock()
+	a.mu.Lock()
+	a.failures[handle] = message
+	a.mu.Unlock()
 	a.enqueueHandle(handle)
 }
 
-func (a *Attacher) setFailure(m map[string]string, handle, message string) {
-	a.failures.mu.Lock()
-	m[handle] = message
-	a.failures.mu.Unlock()
+// ClearFailures lets attaches of the volume with this handle succeed.
+func (a *Attacher) ClearFailures(handle string) {
+	a.mu.Lock()
+	delete(a.failures, handle)
+	a.mu.Unlock()
 	a.enqueueHandle(handle)
 }
 
 func (a *Attacher) enqueueHandle(handle string) {
 	for _, obj := range a.vas.List() {
 		va := obj.(*storagev1.VolumeAttachment)
-		if _, h, ok := a.volume(va); ok && h == handle && a.drivers[va.Spec.Attacher] {
+		if h, ok := a.handle(va); ok && h == handle && a.drivers[va.Spec.Attacher] {
 			a.queue.Add(va.Name)
 		}
 	}
 }
 
-// Counts returns what the Attacher did so far.
-func (a *Attacher) Counts() AttacherCounts {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.counts
-}
-
-// volume returns the CSI driver and handle a VolumeAttachment is for; ok is false
+// handle returns the CSI volume handle a VolumeAttachment is for; ok is false
 // while its PersistentVolume is not known.
-func (a *Attacher) volume(va *storagev1.VolumeAttachment) (driver, handle string, ok bool) {
+func (a *Attacher) handle(va *storagev1.VolumeAttachment) (handle string, ok bool) {
 	if spec := va.Spec.Source.InlineVolumeSpec; spec != nil {
 		if spec.CSI == nil {
-			return "", "", false
+			return "", false
 		}
-		return spec.CSI.Driver, spec.CSI.VolumeHandle, true
+		return spec.CSI.VolumeHandle, true
 	}
 	if va.Spec.Source.PersistentVolumeName == nil {
-		return "", "", false
+		return "", false
 	}
 	pv, err := a.pvs.Get(*va.Spec.Source.PersistentVolumeName)
 	if err != nil {
-		return "", "", false
+		return "", false
 	}
 	src := CSISource(pv)
 	if src == nil {
-		return "", "", false
+		return "", false
 	}
-	return src.Driver, src.VolumeHandle, true
-}
-
-func (a *Attacher) work(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithName("sim-attacher")
-	for {
-		name, shutdown := a.queue.Get()
-		if shutdown {
-			return
-		}
-		retry, err := a.sync(ctx, name)
-		switch {
-		case err != nil:
-			if ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				logger.Error(err, "Syncing volume attachment", "volumeAttachment", name)
-			}
-			a.queue.AddRateLimited(name)
-		case retry > 0:
-			a.queue.Forget(name)
-			a.queue.AddAfter(name, retry)
-		default:
-			a.queue.Forget(name)
-		}
-		a.queue.Done(name)
-	}
+	return src.VolumeHandle, true
 }
 
 // sync moves one VolumeAttachment on; retry > 0 asks to look again after that long.
@@ -289,102 +212,122 @@ func (a *Attacher) sync(ctx context.Context, name string) (retry time.Duration, 
 }
 
 func (a *Attacher) attach(ctx context.Context, va *storagev1.VolumeAttachment) (time.Duration, error) {
-	_, handle, ok := a.volume(va)
+	handle, ok := a.handle(va)
 	if !ok {
 		return 100 * time.Millisecond, nil
 	}
-	if msg, fail := a.failures.get(a.failures.attach, handle); fail {
+	a.mu.Lock()
+	msg, fail := a.failures[handle]
+	a.mu.Unlock()
+	if fail {
 		if va.Status.AttachError != nil && va.Status.AttachError.Message == msg && !va.Status.Attached {
 			return 0, nil
 		}
-		status := map[string]any{"attached": false, "attachError": storagev1.VolumeError{Time: metav1.Now(), Message: msg}}
-		if err := a.patchStatus(ctx, va, status); err != nil {
-			return 0, err
-		}
-		a.count(func(c *AttacherCounts) { c.AttachErrors++ })
-		return 0, nil
+		return 0, a.reportError(ctx, va, false, msg)
 	}
 	if va.Status.Attached && va.Status.AttachError == nil {
 		return 0, nil
 	}
-	if left := a.waited(operation{uid: va.UID}, a.opts.AttachDelay); left > 0 {
-		return left, nil
+	op := operation{uid: va.UID}
+	if left, done, err := a.await(ctx, va, op); !done {
+		return left, err
 	}
-	if err := a.patchStatus(ctx, va, map[string]any{"attached": true, "attachError": nil}); err != nil {
+	status := map[string]any{"attached": true, "attachError": nil, "attachmentMetadata": map[string]string{"devicePath": "/dev/sim"}}
+	if err := a.patch(ctx, va, "status", map[string]any{"status": status}); err != nil {
 		return 0, err
 	}
-	a.forget(operation{uid: va.UID})
-	a.count(func(c *AttacherCounts) { c.Attached++ })
+	a.forget(op)
+	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Attached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
 
 func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, finalizer string) (time.Duration, error) {
-	_, handle, ok := a.volume(va)
-	if ok {
-		if msg, fail := a.failures.get(a.failures.detach, handle); fail {
-			if va.Status.DetachError != nil && va.Status.DetachError.Message == msg {
-				return 0, nil
-			}
-			if err := a.patchStatus(ctx, va, map[string]any{"detachError": storagev1.VolumeError{Time: metav1.Now(), Message: msg}}); err != nil {
-				return 0, err
-			}
-			a.count(func(c *AttacherCounts) { c.DetachErrors++ })
-			return 0, nil
-		}
-	}
-	if left := a.waited(operation{uid: va.UID, detach: true}, a.opts.DetachDelay); left > 0 {
-		return left, nil
+	op := operation{uid: va.UID, detach: true}
+	if left, done, err := a.await(ctx, va, op); !done {
+		return left, err
 	}
 	if va.Status.Attached || va.Status.DetachError != nil {
-		if err := a.patchStatus(ctx, va, map[string]any{"attached": false, "detachError": nil}); err != nil {
+		if err := a.patch(ctx, va, "status", map[string]any{"status": map[string]any{"attached": false, "detachError": nil}}); err != nil {
 			return 0, err
 		}
 	}
 	if err := a.patchFinalizers(ctx, va, slices.DeleteFunc(slices.Clone(va.Finalizers), func(f string) bool { return f == finalizer })); err != nil {
 		return 0, err
 	}
-	a.forget(operation{uid: va.UID})
-	a.forget(operation{uid: va.UID, detach: true})
-	a.count(func(c *AttacherCounts) { c.Detached++ })
+	a.mu.Lock()
+	// The object goes: no copy of it left in the cache is acted on.
+	a.written[va.Name] = math.MaxUint64
+	delete(a.pending, op)
+	delete(a.pending, operation{uid: va.UID})
+	a.mu.Unlock()
+	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Detached", "volumeAttachment", va.Name, "node", va.Spec.NodeName)
 	return 0, nil
 }
 
-// waited returns how much of delay is left since the operation began, starting the
-// clock on the first call.
-func (a *Attacher) waited(op operation, delay time.Duration) time.Duration {
+// simulatedFailure is the error of a failed attempt, by whether it detached.
+var simulatedFailure = map[bool]string{
+	false: "rpc error: code = Unavailable desc = simulated ControllerPublishVolume failure",
+	true:  "rpc error: code = Unavailable desc = simulated ControllerUnpublishVolume failure",
+}
+
+// await follows the current attempt of an operation: done once it succeeded;
+// while it lasts, how long it has left; once it failed, it reports the failure
+// and returns how long the next attempt takes.
+func (a *Attacher) await(ctx context.Context, va *storagev1.VolumeAttachment, op operation) (left time.Duration, done bool, err error) {
+	try, left := a.try(op)
+	switch {
+	case left > 0:
+		return left, false, nil
+	case !try.fail:
+		return 0, true, nil
+	}
+	if err := a.reportError(ctx, va, op.detach, simulatedFailure[op.detach]); err != nil {
+		return 0, false, err
+	}
+	a.forget(op)
+	_, left = a.try(op)
+	return max(left, time.Nanosecond), false, nil
+}
+
+// reportError writes the error of an attach or a detach to the VolumeAttachment's
+// status; a failed attach also marks it not attached.
+func (a *Attacher) reportError(ctx context.Context, va *storagev1.VolumeAttachment, detach bool, msg string) error {
+	verr := storagev1.VolumeError{Time: metav1.Now(), Message: msg}
+	status := map[string]any{"attached": false, "attachError": verr}
+	if detach {
+		status = map[string]any{"detachError": verr}
+	}
+	if err := a.patch(ctx, va, "status", map[string]any{"status": status}); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).WithName("sim-attacher").V(2).Info("Reported an error", "volumeAttachment", va.Name, "node", va.Spec.NodeName, "detach", detach, "error", msg)
+	return nil
+}
+
+// try returns the current attempt of an operation, starting one on the first
+// call, and how long it has left.
+func (a *Attacher) try(op operation) (attempt, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	start, ok := a.firstSeen[op]
+	try, ok := a.pending[op]
 	if !ok {
-		start = time.Now()
-		a.firstSeen[op] = start
+		took, fail := a.opts.AttachDelay, false
+		switch {
+		case a.opts.Attempt != nil:
+			took, fail = a.opts.Attempt(op.detach)
+		case op.detach:
+			took = a.opts.DetachDelay
+		}
+		try = attempt{ends: time.Now().Add(took), fail: fail}
+		a.pending[op] = try
 	}
-	return time.Until(start.Add(delay))
+	return try, time.Until(try.ends)
 }
 
 func (a *Attacher) forget(op operation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.firstSeen, op)
-}
-
-func (a *Attacher) count(f func(*AttacherCounts)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f(&a.counts)
-}
-
-func (a *Attacher) patchStatus(ctx context.Context, va *storagev1.VolumeAttachment, status map[string]any) error {
-	patch, err := json.Marshal(map[string]any{"status": status})
-	if err != nil {
-		return fmt.Errorf("encoding status of volume attachment %s: %w", va.Name, err)
-	}
-	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return fmt.Errorf("patching status of volume attachment %s: %w", va.Name, err)
-	}
-	a.wrote(updated)
-	return nil
+	delete(a.pending, op)
 }
 
 // patchFinalizers replaces the finalizers of the VolumeAttachment as the simulator
@@ -393,20 +336,26 @@ func (a *Attacher) patchFinalizers(ctx context.Context, va *storagev1.VolumeAtta
 	if finalizers == nil {
 		finalizers = []string{}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": va.ResourceVersion}})
-	if err != nil {
-		return fmt.Errorf("encoding finalizers of volume attachment %s: %w", va.Name, err)
-	}
-	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("patching finalizers of volume attachment %s: %w", va.Name, err)
-	}
-	a.wrote(updated)
-	return nil
+	return a.patch(ctx, va, "finalizers", map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": va.ResourceVersion}})
 }
 
-func (a *Attacher) wrote(va *storagev1.VolumeAttachment) {
+// patch applies a merge patch to the VolumeAttachment, or to its status when what
+// is "status".
+func (a *Attacher) patch(ctx context.Context, va *storagev1.VolumeAttachment, what string, body map[string]any) error {
+	patch, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encoding %s of volume attachment %s: %w", what, va.Name, err)
+	}
+	var subresources []string
+	if what == "status" {
+		subresources = []string{"status"}
+	}
+	updated, err := a.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
+	if err != nil {
+		return fmt.Errorf("patching %s of volume attachment %s: %w", what, va.Name, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.written[va.Name] = resourceVersion(va)
+	a.written[va.Name] = resourceVersion(updated)
+	return nil
 }

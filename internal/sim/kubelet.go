@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,22 +37,33 @@ type KubeletOptions struct {
 	// CreateNodes creates the Node objects that do not exist yet. Existing nodes get
 	// the controller-managed annotation added.
 	CreateNodes bool
-	// UnmountDelay is how long a volume stays in volumesInUse after the last pod on the
-	// node that used it terminated.
+	// UnmountDelay is how long a volume stays mounted, and in volumesInUse, after the
+	// last pod on the node that used it terminated.
 	UnmountDelay time.Duration
 	// ManagePods also plays kubelet's part for the pods on the nodes: a pod becomes
-	// Running once all its volumes are attached (or need no attaching); a deleted pod
-	// gets its containers stopped and, once its volumes are unmounted, its object
-	// deleted for good.
+	// Running once all its volumes are mounted; a deleted pod gets its containers
+	// stopped and, once its volumes are unmounted, its object deleted for good.
 	ManagePods bool
+	// GracefulStop keeps a deleted pod's containers running until its
+	// deletionTimestamp, the end of its grace period, instead of stopping them at once.
+	GracefulStop bool
+	// Period, if set, syncs each node on a loop of its own, the next sync this long
+	// after the last, instead of on every change of what it reads.
+	Period func() time.Duration
+	// Mounts is the mount table the kubelet keeps, shared with whoever checks it;
+	// nil for one of its own.
+	Mounts *Mounts
 	// Workers is the number of nodes synced in parallel; 4 by default.
 	Workers int
 }
 
 // Kubelet simulates kubelet's side of controller-managed attach/detach on a set of
 // nodes: it keeps each node's Ready condition and status.volumesInUse the way kubelet
-// does, patching node status only when something changed. A pod runs once its
-// volumes are attached and listed in use, as with the real kubelet.
+// does, patching node status only when something changed. It mounts a volume once
+// node status lists it in use and attached and, for a CSI volume that needs
+// attaching, its VolumeAttachment says attached; it unmounts a volume no pod needs
+// UnmountDelay after the last one stopped, then takes it out of volumesInUse. A pod
+// runs once its volumes are mounted, as with the real kubelet.
 //
 // Where it differs from the real kubelet, as the hollow-node cases of test/e2e
 // (kubelet_test.go, on kubelet v1.37.1) show:
@@ -72,7 +83,7 @@ type KubeletOptions struct {
 //     mounted volume again at the same paths, unpublishing and unstaging nothing
 //     (asserted by TestKubeletRestartKeepsMountedVolume).
 //   - A dead node. SetReady(false) reports Ready False as a live kubelet would; a
-//     stopped kubelet reports nothing, and it is the node lifecycle controller that
+//     stopped kubelet (SetRunning(false)) reports nothing, and it is the node lifecycle controller that
 //     sets Ready Unknown, a grace period after the last lease renewal
 //     (TestKubeletDeadNodeForceDetach).
 type Kubelet struct {
@@ -81,17 +92,19 @@ type Kubelet struct {
 	pods       cache.Indexer
 	nodes      corelisters.NodeLister
 	csiDrivers storagelisters.CSIDriverLister
-	resolver   resolver
+	vas        storagelisters.VolumeAttachmentLister
+	objects    Objects
 	queue      workqueue.TypedRateLimitingInterface[string]
 
-	mu             sync.Mutex
-	state          map[string]*nodeState
-	podsTerminated map[types.UID]time.Time
+	mu    sync.Mutex
+	state map[string]*nodeState
 }
 
 // nodeState is what the simulator remembers about one node.
 type nodeState struct {
 	ready bool
+	// stopped: the kubelet does not run, and neither reads nor writes anything.
+	stopped bool
 	// stuck volumes are reported in use whatever the pods do.
 	stuck map[string]bool
 	// inUse is the set of volumes reported in use by the last sync.
@@ -106,20 +119,18 @@ type nodeState struct {
 // StartKubelet starts simulating kubelet on opts.Nodes; it runs until ctx is cancelled.
 // It returns once the nodes exist (when CreateNodes is set) and its caches are synced.
 func StartKubelet(ctx context.Context, cfg *rest.Config, opts KubeletOptions) (*Kubelet, error) {
-	client, err := kubernetes.NewForConfig(clientConfig(cfg, "sim-kubelet"))
-	if err != nil {
-		return nil, fmt.Errorf("creating kubelet simulator client: %w", err)
-	}
+	return start(ctx, cfg, "sim-kubelet", opts, StartKubeletOn)
+}
+
+// StartKubeletOn is StartKubelet on a client of the caller's.
+func StartKubeletOn(ctx context.Context, client kubernetes.Interface, opts KubeletOptions) (*Kubelet, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
-	k := &Kubelet{
-		client:         client,
-		opts:           opts,
-		queue:          workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		state:          map[string]*nodeState{},
-		podsTerminated: map[types.UID]time.Time{},
+	if opts.Mounts == nil {
+		opts.Mounts = NewMounts()
 	}
+	k := &Kubelet{client: client, opts: opts, queue: newQueue(), state: map[string]*nodeState{}}
 	for _, name := range opts.Nodes {
 		k.state[name] = &nodeState{ready: true, stuck: map[string]bool{}, inUse: map[string]bool{}, releasedAt: map[string]time.Time{}}
 	}
@@ -131,15 +142,9 @@ func StartKubelet(ctx context.Context, cfg *rest.Config, opts KubeletOptions) (*
 	}
 	k.seedInUse()
 	for _, name := range opts.Nodes {
-		k.queue.Add(name)
+		k.enqueue(name)
 	}
-	go func() {
-		<-ctx.Done()
-		k.queue.ShutDown()
-	}()
-	for range opts.Workers {
-		go k.work(ctx)
-	}
+	runWorkers(ctx, "sim-kubelet", opts.Workers, k.queue, k.syncNode)
 	return k, nil
 }
 
@@ -196,16 +201,19 @@ func readyCondition(ready bool, now metav1.Time) corev1.NodeCondition {
 	return cond
 }
 
+// startInformers starts the informers the kubelet reads, which, without Period,
+// also ask for a sync of every node a change concerns.
 func (k *Kubelet) startInformers(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactory(k.client, 0)
 	podInformer := factory.Core().V1().Pods().Informer()
+	nodeOf := func(obj any) []string {
+		if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
+			return []string{pod.Spec.NodeName}
+		}
+		return nil
+	}
 	if err := podInformer.AddIndexers(cache.Indexers{
-		podsByNode: func(obj any) ([]string, error) {
-			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
-				return []string{pod.Spec.NodeName}, nil
-			}
-			return nil, nil
-		},
+		podsByNode: func(obj any) ([]string, error) { return nodeOf(obj), nil },
 		podsByClaim: func(obj any) ([]string, error) {
 			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
 				return podClaims(pod), nil
@@ -218,75 +226,45 @@ func (k *Kubelet) startInformers(ctx context.Context) error {
 	k.pods = podInformer.GetIndexer()
 	k.nodes = factory.Core().V1().Nodes().Lister()
 	k.csiDrivers = factory.Storage().V1().CSIDrivers().Lister()
-	k.resolver = resolver{pvcs: factory.Core().V1().PersistentVolumeClaims().Lister(), pvs: factory.Core().V1().PersistentVolumes().Lister()}
+	k.vas = factory.Storage().V1().VolumeAttachments().Lister()
+	k.objects = listerObjects(factory.Core().V1().PersistentVolumeClaims().Lister(), factory.Core().V1().PersistentVolumes().Lister())
 
-	handlers := []struct {
-		informer cache.SharedIndexInformer
-		nodes    func(obj any) []string
-	}{
-		{podInformer, func(obj any) []string {
-			if pod, ok := obj.(*corev1.Pod); ok && k.simulates(pod.Spec.NodeName) {
-				return []string{pod.Spec.NodeName}
-			}
-			return nil
-		}},
-		{factory.Core().V1().Nodes().Informer(), func(obj any) []string {
+	handlers := map[cache.SharedIndexInformer]func(obj any) []string{
+		podInformer: nodeOf,
+		factory.Core().V1().Nodes().Informer(): func(obj any) []string {
 			if node, ok := obj.(*corev1.Node); ok && k.simulates(node.Name) {
 				return []string{node.Name}
 			}
 			return nil
-		}},
-		{factory.Core().V1().PersistentVolumeClaims().Informer(), func(obj any) []string {
+		},
+		factory.Core().V1().PersistentVolumeClaims().Informer(): func(obj any) []string {
 			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 				return k.nodesUsingClaim(pvc.Namespace + "/" + pvc.Name)
 			}
 			return nil
-		}},
-		{factory.Core().V1().PersistentVolumes().Informer(), func(obj any) []string {
+		},
+		factory.Core().V1().PersistentVolumes().Informer(): func(obj any) []string {
 			if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
 				return k.nodesUsingClaim(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
 			}
 			return nil
-		}},
-		{factory.Storage().V1().CSIDrivers().Informer(), func(any) []string {
-			if k.opts.ManagePods {
-				return k.opts.Nodes
+		},
+		factory.Storage().V1().CSIDrivers().Informer(): func(any) []string { return k.opts.Nodes },
+		factory.Storage().V1().VolumeAttachments().Informer(): func(obj any) []string {
+			if va, ok := obj.(*storagev1.VolumeAttachment); ok && k.simulates(va.Spec.NodeName) {
+				return []string{va.Spec.NodeName}
 			}
 			return nil
-		}},
+		},
 	}
-	for _, h := range handlers {
-		if _, err := h.informer.AddEventHandler(enqueueHandler(k.queue, h.nodes)); err != nil {
-			return fmt.Errorf("adding event handler: %w", err)
+	for informer, nodes := range handlers {
+		if k.opts.Period == nil {
+			if _, err := informer.AddEventHandler(enqueueHandler(k.queue, nodes)); err != nil {
+				return fmt.Errorf("adding event handler: %w", err)
+			}
 		}
 	}
-	factory.Start(ctx.Done())
-	go func() {
-		<-ctx.Done()
-		factory.Shutdown()
-	}()
-	if err := factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
-		return fmt.Errorf("syncing kubelet simulator caches: %w", err)
-	}
-	return nil
-}
-
-// enqueueHandler enqueues the keys keysOf returns for the old and new object of every
-// event.
-func enqueueHandler(queue workqueue.TypedInterface[string], keysOf func(obj any) []string) cache.ResourceEventHandler {
-	add := func(obj any) {
-		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tombstone.Obj
-		}
-		for _, key := range keysOf(obj) {
-			queue.Add(key)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { add(obj) },
-		UpdateFunc: func(oldObj, newObj any) { add(oldObj); add(newObj) },
-		DeleteFunc: add,
-	}
+	return startInformers(ctx, factory, "kubelet simulator")
 }
 
 func (k *Kubelet) simulates(node string) bool {
@@ -295,19 +273,11 @@ func (k *Kubelet) simulates(node string) bool {
 }
 
 func (k *Kubelet) nodesUsingClaim(claim string) []string {
-	pods, err := k.pods.ByIndex(podsByClaim, claim)
-	if err != nil {
-		return nil
-	}
-	var nodes []string
-	for _, obj := range pods {
-		nodes = append(nodes, obj.(*corev1.Pod).Spec.NodeName)
-	}
-	return nodes
+	return lookUp(k.pods, podsByClaim, claim, func(pod *corev1.Pod) string { return pod.Spec.NodeName })
 }
 
-// seedInUse takes over what already-existing nodes report in use, so those volumes
-// are unmounted with the usual delay rather than at once.
+// seedInUse takes over what already-existing nodes report in use, as mounted, so
+// those volumes are unmounted with the usual delay rather than at once.
 func (k *Kubelet) seedInUse() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -318,85 +288,96 @@ func (k *Kubelet) seedInUse() {
 		}
 		for _, vol := range node.Status.VolumesInUse {
 			st.inUse[string(vol)] = true
+			k.opts.Mounts.Set(name, string(vol), true)
 		}
 	}
 }
 
-func (k *Kubelet) work(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithName("sim-kubelet")
-	for {
-		name, shutdown := k.queue.Get()
-		if shutdown {
-			return
-		}
-		if err := k.syncNode(ctx, name); err != nil {
-			if ctx.Err() == nil {
-				logger.Error(err, "Syncing node", "node", name)
-			}
-			k.queue.AddRateLimited(name)
-		} else {
-			k.queue.Forget(name)
-		}
-		k.queue.Done(name)
+// enqueue asks for a sync of the node: at once, or on its loop with Period.
+func (k *Kubelet) enqueue(name string) {
+	if k.opts.Period != nil {
+		k.queue.AddAfter(name, k.opts.Period())
+		return
 	}
+	k.queue.Add(name)
 }
 
-func (k *Kubelet) syncNode(ctx context.Context, name string) error {
+// syncNode brings a node's status and mounts, and with ManagePods its pods, to
+// what its pods need, and returns when to sync it again (0 for on the next change).
+func (k *Kubelet) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	k.mu.Lock()
+	st := k.state[name]
+	stopped := st.stopped
+	k.mu.Unlock()
 	node := k.currentNode(name)
-	if node == nil {
-		return nil
+	if node == nil || stopped {
+		return 0, nil
 	}
 	objs, err := k.pods.ByIndex(podsByNode, name)
 	if err != nil {
-		return fmt.Errorf("listing pods of node %s: %w", name, err)
+		return 0, fmt.Errorf("listing pods of node %s: %w", name, err)
 	}
 	now := time.Now()
-	needed := map[string]bool{}
+	needed := map[string]Volume{}
 	pods := make([]nodePod, 0, len(objs))
 	for _, obj := range objs {
 		pod := obj.(*corev1.Pod)
-		vols, unresolved, err := k.resolver.podVolumes(pod)
+		vols, unresolved, err := k.objects.PodVolumes(pod)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if !podTerminated(pod) {
+		if !PodTerminated(pod) {
 			for _, v := range vols {
-				needed[v.uniqueName()] = true
+				needed[v.Name] = v
 			}
 		}
 		pods = append(pods, nodePod{pod: pod, vols: vols, unresolved: unresolved})
 	}
 
 	k.mu.Lock()
-	st := k.state[name]
-	inUse, recheck := st.update(needed, now, k.opts.UnmountDelay)
+	inUse, retry := st.update(needed, now, k.opts.UnmountDelay)
 	ready := st.ready
 	k.mu.Unlock()
-	if recheck > 0 {
-		k.queue.AddAfter(name, recheck)
+	log := klog.FromContext(ctx).WithName("sim-kubelet").V(2)
+	for _, vol := range k.opts.Mounts.OnNode(name) {
+		if !inUse[vol] {
+			k.opts.Mounts.Set(name, vol, false)
+			log.Info("Unmounted", "node", name, "volume", vol)
+		}
 	}
-
 	if patch := statusPatch(node, inUse, ready, now); patch != nil {
 		updated, err := k.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if err != nil {
-			return fmt.Errorf("patching status of node %s: %w", name, err)
+			return 0, fmt.Errorf("patching status of node %s: %w", name, err)
 		}
 		k.mu.Lock()
 		st.written = updated
 		k.mu.Unlock()
 		node = updated
+		log.Info("Wrote node status", "node", name, "volumesInUse", updated.Status.VolumesInUse, "ready", ready)
+	}
+	for _, vol := range slices.Sorted(maps.Keys(needed)) {
+		k.mount(ctx, node, needed[vol])
 	}
 	if k.opts.ManagePods {
-		return k.syncPods(ctx, node, pods, now)
+		stopAt, err := k.syncPods(ctx, node, pods, inUse, now)
+		if err != nil {
+			return 0, err
+		}
+		retry = sooner(retry, stopAt)
 	}
-	return nil
+	if k.opts.Period != nil {
+		return k.opts.Period(), nil
+	}
+	return retry, nil
 }
 
 // update computes the volumes to report in use given those pods need now, and when to
 // look again for a volume still being unmounted (0 if none is).
-func (st *nodeState) update(needed map[string]bool, now time.Time, unmountDelay time.Duration) (map[string]bool, time.Duration) {
+func (st *nodeState) update(needed map[string]Volume, now time.Time, unmountDelay time.Duration) (map[string]bool, time.Duration) {
 	for vol := range st.inUse {
-		if _, releasing := st.releasedAt[vol]; !needed[vol] && !st.stuck[vol] && !releasing {
+		_, isNeeded := needed[vol]
+		if _, releasing := st.releasedAt[vol]; !isNeeded && !st.stuck[vol] && !releasing {
 			st.releasedAt[vol] = now
 		}
 	}
@@ -417,9 +398,7 @@ func (st *nodeState) update(needed map[string]bool, now time.Time, unmountDelay 
 			continue
 		}
 		inUse[vol] = true
-		if recheck == 0 || left < recheck {
-			recheck = left
-		}
+		recheck = sooner(recheck, left)
 	}
 	st.inUse = inUse
 	return inUse, recheck
@@ -439,11 +418,6 @@ func (k *Kubelet) currentNode(name string) *corev1.Node {
 		return written
 	}
 	return cached
-}
-
-func resourceVersion(obj metav1.Object) uint64 {
-	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
-	return rv
 }
 
 // statusPatch returns the strategic merge patch that brings the node's volumesInUse
@@ -484,93 +458,99 @@ func Ready(node *corev1.Node) bool {
 	return false
 }
 
-// SetReady sets a node's Ready condition and waits until the API server has it.
-func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
+// mount mounts a volume a pod needs once node status lists it in use and, if it
+// needs attaching, attached, with its VolumeAttachment, for a CSI volume, attached.
+func (k *Kubelet) mount(ctx context.Context, node *corev1.Node, v Volume) {
+	if k.opts.Mounts.Mounted(node.Name, v.Name) || !slices.Contains(node.Status.VolumesInUse, corev1.UniqueVolumeName(v.Name)) {
+		return
+	}
+	if v.ReportOnly() && !listsAttached(node, v.Name) {
+		return
+	}
+	if !v.ReportOnly() && k.attachRequired(v.Driver) {
+		va, err := k.vas.Get(AttachmentName(v.Driver, v.Handle, node.Name))
+		if err != nil || !va.Status.Attached || !listsAttached(node, v.Name) {
+			return
+		}
+	}
+	k.opts.Mounts.Set(node.Name, v.Name, true)
+	klog.FromContext(ctx).WithName("sim-kubelet").V(2).Info("Mounted", "node", node.Name, "volume", v.Name)
+}
+
+func listsAttached(node *corev1.Node, volume string) bool {
+	return slices.ContainsFunc(node.Status.VolumesAttached, func(av corev1.AttachedVolume) bool { return string(av.Name) == volume })
+}
+
+// change changes what the simulator knows of a node and syncs it.
+func (k *Kubelet) change(node string, f func(*nodeState)) error {
 	k.mu.Lock()
 	st, ok := k.state[node]
 	if ok {
-		st.ready = ready
+		f(st)
 	}
 	k.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("node %s is not simulated", node)
 	}
-	k.queue.Add(node)
-	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
-		n, err := k.nodes.Get(node)
-		return err == nil && Ready(n) == ready, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for node %s to be ready=%t: %w", node, ready, err)
-	}
+	k.enqueue(node)
 	return nil
+}
+
+// SetReady sets a node's Ready condition and waits until the API server has it.
+func (k *Kubelet) SetReady(ctx context.Context, node string, ready bool) error {
+	if err := k.change(node, func(st *nodeState) { st.ready = ready }); err != nil {
+		return err
+	}
+	return k.waitNode(ctx, node, fmt.Sprintf("ready=%t", ready), func(n *corev1.Node) bool { return Ready(n) == ready })
+}
+
+// SetRunning starts or stops the kubelet of a node. A stopped kubelet reads and
+// writes nothing and mounts and unmounts nothing; its node's Ready condition is
+// left to others, as the node lifecycle controller.
+func (k *Kubelet) SetRunning(node string, running bool) error {
+	return k.change(node, func(st *nodeState) { st.stopped = !running })
 }
 
 // SetStuck makes a node report a volume (by unique name) in use whatever its pods do,
 // as when an unmount hangs; with stuck false the volume unmounts normally again.
 func (k *Kubelet) SetStuck(node, volume string, stuck bool) error {
-	k.mu.Lock()
-	st, ok := k.state[node]
-	if ok {
+	return k.change(node, func(st *nodeState) {
 		if stuck {
 			st.stuck[volume] = true
 		} else {
 			delete(st.stuck, volume)
 		}
-	}
-	k.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("node %s is not simulated", node)
-	}
-	k.queue.Add(node)
-	return nil
+	})
 }
 
-// IsAttached tells whether a node's status.volumesAttached lists a volume, as the
-// simulator's cache has it now.
-func (k *Kubelet) IsAttached(node, volume string) bool {
-	n, err := k.nodes.Get(node)
-	if err != nil {
-		return false
-	}
-	for _, av := range n.Status.VolumesAttached {
-		if string(av.Name) == volume {
-			return true
-		}
-	}
-	return false
-}
-
-// IsInUse tells whether a node's status.volumesInUse lists a volume, as the simulator's
-// cache has it now.
-func (k *Kubelet) IsInUse(node, volume string) bool {
-	n, err := k.nodes.Get(node)
-	if err != nil {
-		return false
-	}
-	return slices.Contains(n.Status.VolumesInUse, corev1.UniqueVolumeName(volume))
-}
-
-// WaitAttached waits until IsAttached(node, volume) is attached.
+// WaitAttached waits until the node's status.volumesAttached lists the volume, or
+// no longer does, as the simulator's cache has it.
 func (k *Kubelet) WaitAttached(ctx context.Context, node, volume string, attached bool) error {
-	return k.waitFor(ctx, fmt.Sprintf("volume %s attached=%t on node %s", volume, attached, node), func() bool {
-		return k.IsAttached(node, volume) == attached
+	return k.waitNode(ctx, node, fmt.Sprintf("volume %s attached=%t", volume, attached), func(n *corev1.Node) bool {
+		return listsAttached(n, volume) == attached
 	})
 }
 
-// WaitInUse waits until IsInUse(node, volume) is inUse.
+// WaitInUse waits until the node's status.volumesInUse lists the volume, or no
+// longer does, as the simulator's cache has it.
 func (k *Kubelet) WaitInUse(ctx context.Context, node, volume string, inUse bool) error {
-	return k.waitFor(ctx, fmt.Sprintf("volume %s in use=%t on node %s", volume, inUse, node), func() bool {
-		return k.IsInUse(node, volume) == inUse
+	return k.waitNode(ctx, node, fmt.Sprintf("volume %s in use=%t", volume, inUse), func(n *corev1.Node) bool {
+		return slices.Contains(n.Status.VolumesInUse, corev1.UniqueVolumeName(volume)) == inUse
 	})
 }
 
-func (k *Kubelet) waitFor(ctx context.Context, what string, cond func() bool) error {
+// waitNode waits until cond holds for the node in the simulator's cache, a
+// missing node counting as one with an empty status.
+func (k *Kubelet) waitNode(ctx context.Context, node, what string, cond func(*corev1.Node) bool) error {
 	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
-		return cond(), nil
+		n, err := k.nodes.Get(node)
+		if err != nil {
+			n = &corev1.Node{}
+		}
+		return cond(n), nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for %s: %w", what, err)
+		return fmt.Errorf("waiting for %s on node %s: %w", what, node, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,51 +16,54 @@ import (
 // nodePod is a pod on a simulated node with its resolved volumes.
 type nodePod struct {
 	pod        *corev1.Pod
-	vols       []podVolume
+	vols       []Volume
 	unresolved int
 }
 
-// syncPods plays kubelet's pod lifecycle for the pods on a node (KubeletOptions.ManagePods).
-func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePod, now time.Time) error {
-	attached, inUse := map[string]bool{}, map[string]bool{}
-	for _, av := range node.Status.VolumesAttached {
-		attached[string(av.Name)] = true
-	}
-	for _, vol := range node.Status.VolumesInUse {
-		inUse[string(vol)] = true
+// syncPods plays kubelet's pod lifecycle for the pods on a node
+// (KubeletOptions.ManagePods), given the volumes the node reports in use, and
+// returns when the next deleted pod's containers stop with GracefulStop.
+func (k *Kubelet) syncPods(ctx context.Context, node *corev1.Node, pods []nodePod, inUse map[string]bool, now time.Time) (stopAt time.Duration, err error) {
+	needed := map[string]bool{}
+	for _, p := range pods {
+		for _, v := range p.vols {
+			needed[v.Name] = needed[v.Name] || !PodTerminated(p.pod)
+		}
 	}
 	for _, p := range pods {
 		pod := p.pod
 		switch {
-		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-			continue
-		case pod.DeletionTimestamp != nil && !podTerminated(pod):
-			if err := k.patchPodStatus(ctx, pod, stoppedStatus(pod, now)); err != nil {
-				return err
+		case pod.DeletionTimestamp == nil:
+			if !PodTerminated(pod) && pod.Status.Phase != corev1.PodRunning && k.volumesMounted(node.Name, p) {
+				if err := k.patchPodStatus(ctx, pod, runningStatus(pod, now)); err != nil {
+					return 0, err
+				}
 			}
-		case pod.DeletionTimestamp != nil:
-			if err := k.finishDeletion(ctx, node.Name, p, now); err != nil {
-				return err
+		case !PodTerminated(pod):
+			if left := pod.DeletionTimestamp.Sub(now); k.opts.GracefulStop && left > 0 {
+				stopAt = sooner(stopAt, left)
+				continue
 			}
-		case pod.Status.Phase != corev1.PodRunning && k.volumesReady(p, attached, inUse):
-			if err := k.patchPodStatus(ctx, pod, runningStatus(pod, now)); err != nil {
-				return err
+			if err := k.patchPodStatus(ctx, pod, StoppedStatus(pod.Status, now)); err != nil {
+				return 0, err
+			}
+		case !slices.ContainsFunc(p.vols, func(v Volume) bool { return inUse[v.Name] && !needed[v.Name] }):
+			if err := k.deletePod(ctx, pod); err != nil {
+				return 0, err
 			}
 		}
 	}
-	return nil
+	return stopAt, nil
 }
 
-// volumesReady tells whether all of a pod's volumes are resolved, and attached and
-// reported in use by the node's status, or belong to a driver that needs no
-// attaching: kubelet mounts a volume only once a node status write of its own has
-// listed it in volumesInUse (TestKubeletMountsOnlyAttached in test/e2e).
-func (k *Kubelet) volumesReady(p nodePod, attached, inUse map[string]bool) bool {
+// volumesMounted tells whether all of a pod's volumes are resolved and mounted,
+// or belong to a driver that needs no attaching.
+func (k *Kubelet) volumesMounted(node string, p nodePod) bool {
 	if p.unresolved > 0 {
 		return false
 	}
 	for _, v := range p.vols {
-		if (!attached[v.uniqueName()] || !inUse[v.uniqueName()]) && (v.driver == "" || k.attachRequired(v.driver)) {
+		if !k.opts.Mounts.Mounted(node, v.Name) {
 			return false
 		}
 	}
@@ -74,39 +78,15 @@ func (k *Kubelet) attachRequired(driver string) bool {
 	return *d.Spec.AttachRequired
 }
 
-// finishDeletion deletes a terminated pod's object once its volumes are unmounted:
-// UnmountDelay after it terminated, and none of them stuck.
-func (k *Kubelet) finishDeletion(ctx context.Context, node string, p nodePod, now time.Time) error {
-	k.mu.Lock()
-	terminated, ok := k.podsTerminated[p.pod.UID]
-	if !ok {
-		terminated = now
-		k.podsTerminated[p.pod.UID] = now
-	}
-	st := k.state[node]
-	stuck := false
-	for _, v := range p.vols {
-		stuck = stuck || st.stuck[v.uniqueName()]
-	}
-	k.mu.Unlock()
-	if stuck {
-		return nil
-	}
-	if left := terminated.Add(k.opts.UnmountDelay).Sub(now); left > 0 {
-		k.queue.AddAfter(node, left)
-		return nil
-	}
-	uid := p.pod.UID
-	err := k.client.CoreV1().Pods(p.pod.Namespace).Delete(ctx, p.pod.Name, metav1.DeleteOptions{
+// deletePod deletes a terminated pod's object once its volumes are unmounted.
+func (k *Kubelet) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: new(int64),
-		Preconditions:      &metav1.Preconditions{UID: &uid},
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting pod %s/%s: %w", p.pod.Namespace, p.pod.Name, err)
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	k.mu.Lock()
-	delete(k.podsTerminated, uid)
-	k.mu.Unlock()
 	return nil
 }
 
@@ -143,18 +123,21 @@ func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	return status
 }
 
-func stoppedStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
+// StoppedStatus returns a pod's status once every running container of it is
+// terminated at now: not ready, in the same phase.
+func StoppedStatus(status corev1.PodStatus, now time.Time) corev1.PodStatus {
 	finished := metav1.NewTime(now)
 	return corev1.PodStatus{
+		Phase:                      status.Phase,
 		Conditions:                 podConditions(corev1.ConditionFalse, finished),
-		InitContainerStatuses:      stopContainers(pod.Status.InitContainerStatuses, finished),
-		ContainerStatuses:          stopContainers(pod.Status.ContainerStatuses, finished),
-		EphemeralContainerStatuses: stopContainers(pod.Status.EphemeralContainerStatuses, finished),
+		InitContainerStatuses:      stopped(status.InitContainerStatuses, finished),
+		ContainerStatuses:          stopped(status.ContainerStatuses, finished),
+		EphemeralContainerStatuses: stopped(status.EphemeralContainerStatuses, finished),
 	}
 }
 
-// stopContainers returns the statuses with every running container terminated.
-func stopContainers(statuses []corev1.ContainerStatus, finished metav1.Time) []corev1.ContainerStatus {
+// stopped returns the statuses with every running container terminated.
+func stopped(statuses []corev1.ContainerStatus, finished metav1.Time) []corev1.ContainerStatus {
 	var stopped []corev1.ContainerStatus
 	for _, s := range statuses {
 		if s.State.Running != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,8 +200,8 @@ func TestKubeletStuckVolumeAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading node: %v", err)
 	}
-	if Ready(before) || !k.IsInUse(node, vol) {
-		t.Fatalf("node ready %t, volume in use %t: want not ready, in use", Ready(before), k.IsInUse(node, vol))
+	if inUse := slices.Contains(before.Status.VolumesInUse, corev1.UniqueVolumeName(vol)); Ready(before) || !inUse {
+		t.Fatalf("node ready %t, volume in use %t: want not ready, in use", Ready(before), inUse)
 	}
 	// Nothing changes: the node status is left alone.
 	time.Sleep(200 * time.Millisecond)
@@ -234,7 +236,8 @@ func setAttached(t *testing.T, node string, vols ...string) {
 func TestKubeletManagesPods(t *testing.T) {
 	const ns, node = "kubelet-pods", "kubelet-pods-node"
 	createNamespace(t, ns)
-	k := startKubelet(t, KubeletOptions{Nodes: []string{node}, CreateNodes: true, ManagePods: true, UnmountDelay: 100 * time.Millisecond})
+	mounts := NewMounts()
+	k := startKubelet(t, KubeletOptions{Nodes: []string{node}, CreateNodes: true, ManagePods: true, UnmountDelay: 100 * time.Millisecond, Mounts: mounts})
 	createBoundClaim(t, ns, "data", "kubelet-pods-pv", "pods")
 	vol := UniqueVolumeName(driver, "pods")
 	pod := createPod(t, ns, "pod", node, claimVolume("data", "data"))
@@ -248,21 +251,31 @@ func TestKubeletManagesPods(t *testing.T) {
 	if err := k.WaitInUse(t.Context(), node, vol, true); err != nil {
 		t.Fatal(err)
 	}
+	setAttached(t, node, vol)
+	if err := k.WaitAttached(t.Context(), node, vol, true); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(100 * time.Millisecond)
-	if got := phase(t.Context()); got == corev1.PodRunning {
-		t.Fatalf("pod is running before its volume is attached")
+	if got := phase(t.Context()); got == corev1.PodRunning || mounts.Mounted(node, vol) {
+		t.Fatalf("pod is %s, volume mounted %t, before its VolumeAttachment is attached", got, mounts.Mounted(node, vol))
 	}
 
-	setAttached(t, node, vol)
-	if k.WaitAttached(t.Context(), node, vol, true) != nil || !k.IsAttached(node, vol) {
-		t.Fatalf("IsAttached does not see the volume in volumesAttached")
+	if _, err := StartAttacher(t.Context(), env.AdminConfig(), AttacherOptions{Drivers: []string{driver}}); err != nil {
+		t.Fatal(err)
 	}
+	createAttachment(t, AttachmentName(driver, "pods", node), "kubelet-pods-pv", node)
 	waitFor(t, "pod running", func(ctx context.Context) (bool, error) { return phase(ctx) == corev1.PodRunning, nil })
+	if !mounts.Mounted(node, vol) {
+		t.Fatalf("pod running with its volume not mounted")
+	}
 
 	// A graceful deletion: the simulator stops the containers, unmounts, and removes the pod.
 	deletePod(t, pod, nil)
 	if err := k.WaitInUse(t.Context(), node, vol, false); err != nil {
 		t.Fatal(err)
+	}
+	if mounts.Mounted(node, vol) {
+		t.Errorf("volume left volumesInUse still mounted")
 	}
 	waitFor(t, "pod gone", func(ctx context.Context) (bool, error) {
 		_, err := env.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -317,32 +330,57 @@ func TestAttacher(t *testing.T) {
 		return err == nil && va.Status.Attached && va.Status.AttachError == nil, nil
 	})
 
-	a.FailDetach("bad-handle", "injected detach failure")
 	for _, name := range []string{"attacher-good", "attacher-bad"} {
 		if err := env.Client.StorageV1().VolumeAttachments().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("deleting volume attachment: %v", err)
 		}
+		waitFor(t, name+" gone", func(ctx context.Context) (bool, error) {
+			_, err := getAttachment(ctx, name)
+			return apierrors.IsNotFound(err), nil
+		})
 	}
-	waitFor(t, "good attachment gone", func(ctx context.Context) (bool, error) {
-		_, err := getAttachment(ctx, "attacher-good")
-		return apierrors.IsNotFound(err), nil
-	})
-	waitFor(t, "bad attachment stuck with a detach error", func(ctx context.Context) (bool, error) {
-		va, err := getAttachment(ctx, "attacher-bad")
-		return err == nil && va.DeletionTimestamp != nil && va.Status.DetachError != nil && va.Status.Attached, nil
-	})
-	a.ClearFailures("bad-handle")
-	waitFor(t, "bad attachment gone", func(ctx context.Context) (bool, error) {
-		_, err := getAttachment(ctx, "attacher-bad")
-		return apierrors.IsNotFound(err), nil
-	})
+}
 
-	// The last detach is counted once the finalizer removal returns, which can be
-	// just after the object is gone.
-	want := AttacherCounts{Attached: 2, Detached: 2, AttachErrors: 1, DetachErrors: 1}
-	waitFor(t, fmt.Sprintf("counts %+v", want), func(context.Context) (bool, error) {
-		return a.Counts() == want, nil
+func TestAttacherTriesAFailedAttemptAgain(t *testing.T) {
+	const ns = "attacher-attempts"
+	createNamespace(t, ns)
+	createBoundClaim(t, ns, "data", "attacher-attempts", "attempts-handle")
+	var mu sync.Mutex
+	tries := map[bool]int{}
+	_, err := StartAttacher(t.Context(), env.AdminConfig(), AttacherOptions{Drivers: []string{driver}, Attempt: func(detach bool) (time.Duration, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		tries[detach]++
+		return 200 * time.Millisecond, tries[detach] == 1
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createAttachment(t, "attacher-attempts", "attacher-attempts", "node-a")
+	waitFor(t, "first attach failed", func(ctx context.Context) (bool, error) {
+		va, err := getAttachment(ctx, "attacher-attempts")
+		return err == nil && va.Status.AttachError != nil && !va.Status.Attached, nil
 	})
+	waitFor(t, "second attach done", func(ctx context.Context) (bool, error) {
+		va, err := getAttachment(ctx, "attacher-attempts")
+		return err == nil && va.Status.Attached && va.Status.AttachError == nil, nil
+	})
+	if err := env.Client.StorageV1().VolumeAttachments().Delete(t.Context(), "attacher-attempts", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting volume attachment: %v", err)
+	}
+	waitFor(t, "first detach failed", func(ctx context.Context) (bool, error) {
+		va, err := getAttachment(ctx, "attacher-attempts")
+		return err == nil && va.Status.DetachError != nil && va.Status.Attached, nil
+	})
+	waitFor(t, "gone after the second detach", func(ctx context.Context) (bool, error) {
+		_, err := getAttachment(ctx, "attacher-attempts")
+		return apierrors.IsNotFound(err), nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if tries[false] != 2 || tries[true] != 2 {
+		t.Errorf("attempts: %d attaches, %d detaches; want 2 each", tries[false], tries[true])
+	}
 }
 
 func TestAttacherIgnoresOtherDrivers(t *testing.T) {

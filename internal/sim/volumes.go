@@ -7,11 +7,11 @@ import (
 	"regexp"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
 	csitranslation "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 )
 
 // ControllerManagedAnnotation on a Node tells kubelet that attach/detach is done by a
@@ -69,18 +69,24 @@ func AsCSI(pv *corev1.PersistentVolume) *corev1.PersistentVolume {
 	return translated
 }
 
-// podVolume is a volume a pod uses that may need attaching: a CSI volume of
-// driver, or an in-tree iSCSI or Fibre Channel volume (no driver), which kubelet
-// attaches itself once node status lists it.
-type podVolume struct {
-	name, driver string
+// Volume is a volume a pod uses that may need attaching: a CSI volume, or an
+// in-tree iSCSI or Fibre Channel volume, which kubelet attaches itself once node
+// status lists it.
+type Volume struct {
+	// PV is the PersistentVolume's name; empty for a volume inline in the pod.
+	PV string
+	// Name is the unique name node status and kubelet know it by.
+	Name string
+	// Driver and Handle are a CSI volume's; both empty for an in-tree volume.
+	Driver, Handle string
+	// SingleAttach: its PV lists access modes that allow no second node. An
+	// inline volume is never single-attach: nothing checks it.
+	SingleAttach bool
 }
 
-func csiVolume(driver, handle string) podVolume {
-	return podVolume{name: UniqueVolumeName(driver, handle), driver: driver}
-}
-
-func (v podVolume) uniqueName() string { return v.name }
+// ReportOnly tells whether the volume is an in-tree iSCSI or Fibre Channel
+// volume: attached by node status listing it, with no VolumeAttachment.
+func (v Volume) ReportOnly() bool { return v.Driver == "" }
 
 // ISCSIVolumeName is kubelet's name of an iSCSI volume.
 func ISCSIVolumeName(targetPortal, iqn string, lun int32) string {
@@ -99,110 +105,125 @@ func FCVolumeName(src *corev1.FCVolumeSource) string {
 	return ""
 }
 
-// fcVolume returns the Fibre Channel volume of a source that kubelet can name.
-func fcVolume(src *corev1.FCVolumeSource) (podVolume, bool) {
-	name := FCVolumeName(src)
-	return podVolume{name: name}, name != ""
+// PVVolume returns the volume of a PersistentVolume, if it is a CSI volume, an
+// in-tree one with a CSI migration (judged by its translation, as the controller
+// judges it), or an iSCSI or Fibre Channel volume.
+func PVVolume(pv *corev1.PersistentVolume) (Volume, bool) {
+	if csi := AsCSI(pv); csi != nil {
+		src := csi.Spec.CSI
+		return Volume{
+			PV: pv.Name, Name: UniqueVolumeName(src.Driver, src.VolumeHandle), Driver: src.Driver, Handle: src.VolumeHandle,
+			SingleAttach: safetyrules.SingleAttach(csi.Spec.AccessModes),
+		}, true
+	}
+	v := Volume{PV: pv.Name, SingleAttach: safetyrules.SingleAttach(pv.Spec.AccessModes)}
+	switch src := pv.Spec.PersistentVolumeSource; {
+	case src.ISCSI != nil:
+		v.Name = ISCSIVolumeName(src.ISCSI.TargetPortal, src.ISCSI.IQN, src.ISCSI.Lun)
+	case src.FC != nil:
+		v.Name = FCVolumeName(src.FC)
+	}
+	return v, v.Name != ""
 }
 
-// inlineInTreeVolume returns the iSCSI or Fibre Channel volume inline in a pod.
-func inlineInTreeVolume(vol *corev1.Volume) (podVolume, bool) {
+// inlineInTreeName is kubelet's name of an iSCSI or Fibre Channel volume inline in
+// a pod; empty for any other volume.
+func inlineInTreeName(vol *corev1.Volume) string {
 	switch {
 	case vol.ISCSI != nil:
-		return podVolume{name: ISCSIVolumeName(vol.ISCSI.TargetPortal, vol.ISCSI.IQN, vol.ISCSI.Lun)}, true
+		return ISCSIVolumeName(vol.ISCSI.TargetPortal, vol.ISCSI.IQN, vol.ISCSI.Lun)
 	case vol.FC != nil:
-		return fcVolume(vol.FC)
+		return FCVolumeName(vol.FC)
 	}
-	return podVolume{}, false
-}
-
-// pvInTreeVolume returns the iSCSI or Fibre Channel volume of a PersistentVolume.
-func pvInTreeVolume(pv *corev1.PersistentVolume) (podVolume, bool) {
-	switch {
-	case pv.Spec.ISCSI != nil:
-		return podVolume{name: ISCSIVolumeName(pv.Spec.ISCSI.TargetPortal, pv.Spec.ISCSI.IQN, pv.Spec.ISCSI.Lun)}, true
-	case pv.Spec.FC != nil:
-		return fcVolume(pv.Spec.FC)
-	}
-	return podVolume{}, false
+	return ""
 }
 
 // podClaims returns the namespace/name keys of the PVCs a pod's volumes go through.
 func podClaims(pod *corev1.Pod) []string {
 	var claims []string
 	for _, vol := range pod.Spec.Volumes {
-		switch {
-		case vol.PersistentVolumeClaim != nil:
-			claims = append(claims, pod.Namespace+"/"+vol.PersistentVolumeClaim.ClaimName)
-		case vol.Ephemeral != nil:
-			claims = append(claims, pod.Namespace+"/"+pod.Name+"-"+vol.Name)
+		if claim := claimName(pod, &vol); claim != "" {
+			claims = append(claims, pod.Namespace+"/"+claim)
 		}
 	}
 	return claims
 }
 
-// resolver finds the attachable volumes behind a pod's volumes through the informer caches.
-type resolver struct {
-	pvcs corelisters.PersistentVolumeClaimLister
-	pvs  corelisters.PersistentVolumeLister
+// claimName is the name of the PVC a pod's volume goes through; empty if none.
+func claimName(pod *corev1.Pod, vol *corev1.Volume) string {
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		return vol.PersistentVolumeClaim.ClaimName
+	case vol.Ephemeral != nil:
+		return pod.Name + "-" + vol.Name
+	}
+	return ""
 }
 
-// podVolumes returns the attachable volumes a pod uses that are resolved by now, and how many
-// claims are not: a claim resolves once it is bound and its PV is known.
-func (r resolver) podVolumes(pod *corev1.Pod) (vols []podVolume, unresolved int, err error) {
+// Objects finds the claims and PersistentVolumes behind a pod's volumes.
+type Objects struct {
+	Claim func(namespace, name string) (*corev1.PersistentVolumeClaim, bool)
+	PV    func(name string) (*corev1.PersistentVolume, bool)
+}
+
+// PodVolumes returns the volumes a pod uses that may need attaching and are
+// resolved by now, and how many claims are not: a claim resolves once it is bound
+// and its PV exists.
+func (o Objects) PodVolumes(pod *corev1.Pod) (vols []Volume, unresolved int, err error) {
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
-		var claim string
-		switch {
-		case vol.PersistentVolumeClaim != nil:
-			claim = vol.PersistentVolumeClaim.ClaimName
-		case vol.Ephemeral != nil:
-			claim = pod.Name + "-" + vol.Name
-		case vol.ISCSI != nil || vol.FC != nil:
-			if v, ok := inlineInTreeVolume(vol); ok {
-				vols = append(vols, v)
-			}
+		if name := inlineInTreeName(vol); name != "" {
+			vols = append(vols, Volume{Name: name})
 			continue
-		case translator.IsInlineMigratable(vol):
+		}
+		if translator.IsInlineMigratable(vol) {
 			pv, err := translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), vol, pod.Namespace)
 			if err != nil {
 				return nil, 0, fmt.Errorf("translating inline volume %q of pod %s/%s: %w", vol.Name, pod.Namespace, pod.Name, err)
 			}
-			if pv.Spec.CSI != nil {
-				vols = append(vols, csiVolume(pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle))
+			if src := pv.Spec.CSI; src != nil {
+				vols = append(vols, Volume{Name: UniqueVolumeName(src.Driver, src.VolumeHandle), Driver: src.Driver, Handle: src.VolumeHandle})
 			}
 			continue
-		default:
+		}
+		claim := claimName(pod, vol)
+		if claim == "" {
 			continue
 		}
-		pvc, err := r.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
-		if apierrors.IsNotFound(err) || (err == nil && pvc.Spec.VolumeName == "") {
+		pvc, ok := o.Claim(pod.Namespace, claim)
+		if !ok || pvc.Spec.VolumeName == "" {
 			unresolved++
 			continue
 		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading claim %s/%s: %w", pod.Namespace, claim, err)
-		}
-		pv, err := r.pvs.Get(pvc.Spec.VolumeName)
-		if apierrors.IsNotFound(err) {
+		pv, ok := o.PV(pvc.Spec.VolumeName)
+		if !ok {
 			unresolved++
 			continue
 		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("reading volume %s: %w", pvc.Spec.VolumeName, err)
-		}
-		if src := CSISource(pv); src != nil {
-			vols = append(vols, csiVolume(src.Driver, src.VolumeHandle))
-		} else if v, ok := pvInTreeVolume(pv); ok {
+		if v, ok := PVVolume(pv); ok {
 			vols = append(vols, v)
 		}
 	}
 	return vols, unresolved, nil
 }
 
-// podTerminated tells whether a pod no longer needs its volumes: it finished, or it
+// listerObjects finds claims and PersistentVolumes in informer caches.
+func listerObjects(pvcs corelisters.PersistentVolumeClaimLister, pvs corelisters.PersistentVolumeLister) Objects {
+	return Objects{
+		Claim: func(namespace, name string) (*corev1.PersistentVolumeClaim, bool) {
+			pvc, err := pvcs.PersistentVolumeClaims(namespace).Get(name)
+			return pvc, err == nil
+		},
+		PV: func(name string) (*corev1.PersistentVolume, bool) {
+			pv, err := pvs.Get(name)
+			return pv, err == nil
+		},
+	}
+}
+
+// PodTerminated tells whether a pod no longer needs its volumes: it finished, or it
 // was deleted and none of its containers runs any more.
-func podTerminated(pod *corev1.Pod) bool {
+func PodTerminated(pod *corev1.Pod) bool {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return true
 	}
@@ -217,13 +238,4 @@ func podTerminated(pod *corev1.Pod) bool {
 		}
 	}
 	return true
-}
-
-// clientConfig returns a copy of cfg with the simulator's user agent.
-func clientConfig(cfg *rest.Config, userAgent string) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = userAgent
-	}
-	return cfg
 }

@@ -32,7 +32,7 @@ type Checker struct {
 }
 
 // New returns a checker; report is told of each violation as it happens.
-func New(settings safetyrules.Settings, mounts *simworld.Mounts, report func(string)) *Checker {
+func New(settings safetyrules.Settings, mounts *sim.Mounts, report func(string)) *Checker {
 	return &Checker{report: report, snap: safetyrules.Snapshot{
 		Settings: settings,
 		Nodes:    map[string]*safetyrules.NodeHealth{},
@@ -95,9 +95,8 @@ func (c *Checker) Observe(r fakeapi.Reader, w fakeapi.Write) {
 func (c *Checker) updateNeeded(r fakeapi.Reader) {
 	needed := map[safetyrules.NodeVolume]bool{}
 	for nv := range simworld.Wanted(r) {
-		k := safetyrules.NodeVolume(nv)
-		needed[k] = true
-		delete(c.snap.UnneededSince, k)
+		needed[nv] = true
+		delete(c.snap.UnneededSince, nv)
 	}
 	for nv := range c.snap.Needed {
 		if !needed[nv] {
@@ -290,8 +289,8 @@ func singleAttachReportOnly(r fakeapi.Reader) map[string]safetyrules.Volume {
 // out: nothing reports that it was unmounted.
 func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 	var diffs []string
-	want := map[string]simworld.NodeVolume{} // VolumeAttachment name → node and volume
-	listed := map[string]map[string]bool{}   // node → volumes it must list
+	want := map[string]safetyrules.NodeVolume{} // VolumeAttachment name → node and volume
+	listed := map[string]map[string]bool{}      // node → volumes it must list
 	wanted := simworld.Wanted(r)
 	stuck := map[string]bool{}
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
@@ -329,7 +328,7 @@ func Converged(r fakeapi.Reader, neverForce func(volume string) bool) []string {
 	for _, va := range fakeapi.List[*storagev1.VolumeAttachment](r) {
 		v, _ := attachmentVolume(r, va)
 		vol := v.Name
-		if _, needed := wanted[simworld.NodeVolume{Node: va.Spec.NodeName, Volume: vol}]; needed && simworld.IsCopy(va) {
+		if _, needed := wanted[safetyrules.NodeVolume{Node: va.Spec.NodeName, Volume: vol}]; needed && simworld.IsCopy(va) {
 			continue
 		}
 		if _, ok := want[va.Name]; !ok && !stuck[vol] {

@@ -21,7 +21,7 @@ import (
 type cluster struct {
 	t      *testing.T
 	store  *fakeapi.Store
-	mounts *simworld.Mounts
+	mounts *sim.Mounts
 }
 
 func (c cluster) create(obj runtime.Object) {
@@ -136,7 +136,7 @@ func TestEachRuleIsJudgedOnTheWritesThatCanBreakIt(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			mounts := simworld.NewMounts()
+			mounts := sim.NewMounts()
 			c := New(safetyrules.Settings{MaxWait: time.Minute, Grace: time.Second}, mounts, func(msg string) { got = append(got, msg) })
 			tc.run(cluster{t: t, store: fakeapi.NewStore(c.Observe), mounts: mounts})
 			if len(got) != len(tc.wants) {

@@ -12,7 +12,6 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
-	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
 )
 
 // TestAnAttachmentWhoseRecordWentWithItsNodeStaysUncountedWhenTheNodeComesAndGoesAgain:
@@ -35,7 +34,7 @@ func TestAnAttachmentWhoseRecordWentWithItsNodeStaysUncountedWhenTheNodeComesAnd
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				mounts := simworld.NewMounts()
+				mounts := sim.NewMounts()
 				var reported []string
 				c := New(safetyrules.Settings{MaxWait: time.Minute, Grace: time.Second, NeverForce: func(string) bool { return true }}, mounts,
 					func(msg string) { reported = append(reported, msg) })

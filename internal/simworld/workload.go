@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 )
 
@@ -214,10 +215,10 @@ func (w *World) completePod() bool {
 		if n := w.nodes[p.node]; n == nil || !n.ready {
 			continue
 		}
-		w.mutate("kubelet/"+p.node, fakeapi.Ref{Resource: fakeapi.Pods, Namespace: p.namespace, Name: p.name}, func(obj runtime.Object) bool {
+		w.mutate("kubelet", fakeapi.Ref{Resource: fakeapi.Pods, Namespace: p.namespace, Name: p.name}, func(obj runtime.Object) bool {
 			pod := obj.(*corev1.Pod)
+			pod.Status = sim.StoppedStatus(pod.Status, time.Now())
 			pod.Status.Phase = corev1.PodSucceeded
-			stopContainers(pod)
 			return true
 		})
 		w.logf("pod %s/%s on %s succeeded", p.namespace, p.name, p.node)
@@ -226,8 +227,9 @@ func (w *World) completePod() bool {
 	return false
 }
 
-// pickNode returns a random node for which ok holds.
-func (w *World) pickNode(ok func(n *node) bool) *node {
+// onRandomNode does something to a random node for which ok holds; false if
+// there is none.
+func (w *World) onRandomNode(ok func(n *node) bool, do func(n *node)) bool {
 	var candidates []*node
 	for _, name := range w.nodeNames() {
 		if n := w.nodes[name]; ok(n) {
@@ -235,69 +237,47 @@ func (w *World) pickNode(ok func(n *node) bool) *node {
 		}
 	}
 	if len(candidates) == 0 {
-		return nil
+		return false
 	}
-	return candidates[w.rng.IntN(len(candidates))]
+	do(candidates[w.rng.IntN(len(candidates))])
+	return true
 }
 
 func (w *World) nodeNotReady() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists && n.ready })
-	if n == nil {
-		return false
-	}
-	w.setReady(n, false)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists && n.ready }, func(n *node) { w.setReady(n, false) })
 }
 
 func (w *World) nodeReady() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists && !n.ready })
-	if n == nil {
-		return false
-	}
-	w.setReady(n, true)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists && !n.ready }, func(n *node) { w.setReady(n, true) })
 }
 
 // taintNode marks a NotReady node out of service, as an admin does once it is
 // known to be shut down.
 func (w *World) taintNode() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists && !n.ready })
-	if n == nil {
-		return false
-	}
-	w.setTaint(n, true)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists && !n.ready }, func(n *node) { w.setTaint(n, true) })
 }
 
 func (w *World) untaintNode() bool {
-	n := w.pickNode(func(n *node) bool {
+	return w.onRandomNode(func(n *node) bool {
 		node, ok := getObject[*corev1.Node](w.store, "", n.name)
 		return n.exists && ok && OutOfService(node)
-	})
-	if n == nil {
-		return false
-	}
-	w.setTaint(n, false)
-	return true
+	}, func(n *node) { w.setTaint(n, false) })
 }
 
 // shutdownNode puts the cloud provider's shutdown taint on a NotReady node; it
 // goes when the node is Ready again.
 func (w *World) shutdownNode() bool {
-	n := w.pickNode(func(n *node) bool {
+	return w.onRandomNode(func(n *node) bool {
 		node, ok := getObject[*corev1.Node](w.store, "", n.name)
 		return n.exists && !n.ready && ok && !ShutdownTainted(node)
+	}, func(n *node) {
+		w.mutate("cloud-node-lifecycle", fakeapi.Ref{Resource: fakeapi.Nodes, Name: n.name}, func(obj runtime.Object) bool {
+			node := obj.(*corev1.Node)
+			node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: ShutdownTaint, Effect: corev1.TaintEffectNoSchedule})
+			return true
+		})
+		w.logf("node %s shutdown taint added", n.name)
 	})
-	if n == nil {
-		return false
-	}
-	w.mutate("cloud-node-lifecycle", fakeapi.Ref{Resource: fakeapi.Nodes, Name: n.name}, func(obj runtime.Object) bool {
-		node := obj.(*corev1.Node)
-		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: ShutdownTaint, Effect: corev1.TaintEffectNoSchedule})
-		return true
-	})
-	w.logf("node %s shutdown taint added", n.name)
-	return true
 }
 
 // copyAttachment copies an attached VolumeAttachment of the controller's whose
@@ -312,7 +292,7 @@ func (w *World) copyAttachment() {
 				continue
 			}
 			v, ok := PVVolume(r, *va.Spec.Source.PersistentVolumeName)
-			if _, needed := wanted[NodeVolume{Node: va.Spec.NodeName, Volume: v.Name}]; ok && needed {
+			if _, needed := wanted[safetyrules.NodeVolume{Node: va.Spec.NodeName, Volume: v.Name}]; ok && needed {
 				candidates = append(candidates, va)
 			}
 		}
@@ -333,21 +313,11 @@ const copyPrefix = "copy-"
 func IsCopy(va *storagev1.VolumeAttachment) bool { return strings.HasPrefix(va.Name, copyPrefix) }
 
 func (w *World) removeNode() bool {
-	n := w.pickNode(func(n *node) bool { return n.exists })
-	if n == nil {
-		return false
-	}
-	w.deleteNode(n)
-	return true
+	return w.onRandomNode(func(n *node) bool { return n.exists }, w.deleteNode)
 }
 
 func (w *World) recreateNode() bool {
-	n := w.pickNode(func(n *node) bool { return !n.exists })
-	if n == nil {
-		return false
-	}
-	w.startNode(n.name)
-	return true
+	return w.onRandomNode(func(n *node) bool { return !n.exists }, func(n *node) { w.setKubelet(w.createNode(n.name), true) })
 }
 
 // createLatePV creates a PV whose claim was bound to it before it existed.

@@ -1,22 +1,23 @@
 // Package simworld simulates, on a fakeapi store, everything around an attach/detach
 // controller: a workload of pods using ReadWriteOnce, ReadWriteOncePod and
 // ReadWriteMany volumes, CSI, in-tree iSCSI and Fibre Channel PVs, and iSCSI
-// volumes inline in the pod, moving between nodes; nodes going NotReady, tainted
-// out of service, deleted and created again; each node's kubelet (volumesInUse
-// first, mount only once node status lists the volume attached and, for a CSI
-// volume, its VolumeAttachment says attached, unmount before leaving
-// volumesInUse); the CSI external-attacher, slow and failing at times; pod
-// garbage collection; the cloud provider's shutdown taint on nodes not Ready;
-// and another tool that copies VolumeAttachments in use. The iSCSI and Fibre Channel volumes have no
+// volumes inline in the pod, moving between nodes; nodes going NotReady (their
+// kubelet stopped), tainted out of service, deleted and created again; each
+// node's kubelet and the CSI external-attacher, slow and failing at times
+// (internal/sim's, each on a client of the store); pod garbage collection; the
+// cloud provider's shutdown taint on nodes not Ready; and another tool that
+// copies VolumeAttachments in use. The iSCSI and Fibre Channel volumes have no
 // VolumeAttachment: node status listing them is the whole attach.
 //
-// All of it runs on one goroutine from a schedule of timed steps, and every random
-// choice comes from the one *rand.Rand it is given: given the same seed and the same
-// answers from the API, it does the same things at the same simulated times.
+// The world runs on one goroutine from a schedule of timed steps, every choice
+// drawn from the one *rand.Rand it is given. The kubelets and the attacher run
+// on goroutines of their own and draw from a generator of their own, seeded
+// from it: what they do depends on the seed and on when they run.
 package simworld
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -54,9 +55,10 @@ type Config struct {
 // World is the simulated cluster around the controller.
 type World struct {
 	store  *fakeapi.Store
-	mounts *Mounts
+	mounts *sim.Mounts
 	rng    *rand.Rand
 	cfg    Config
+	draws  *agentDraws
 
 	steps   steps
 	seq     int
@@ -65,18 +67,15 @@ type World struct {
 	nodes   map[string]*node
 	volumes []*volume
 	// inline are the iSCSI volumes pods may use inline, with no claim.
-	inline   []*corev1.ISCSIVolumeSource
-	pods     int
-	attacher attacher
+	inline  []*corev1.ISCSIVolumeSource
+	pods    int
+	kubelet *sim.Kubelet
 }
 
 type node struct {
 	name string
 	// exists: the Node object exists; ready: its kubelet runs.
 	exists, ready bool
-	// loop is the generation of the kubelet's sync loop, so that a kubelet
-	// stopped and started again runs one loop.
-	loop int
 }
 
 type volume struct {
@@ -122,13 +121,15 @@ func describeSource(src corev1.PersistentVolumeSource) string {
 }
 
 // New returns a world on the store, sharing the mount table with whoever checks it.
-func New(store *fakeapi.Store, mounts *Mounts, rng *rand.Rand, cfg Config) *World {
+func New(store *fakeapi.Store, mounts *sim.Mounts, rng *rand.Rand, cfg Config) *World {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	w := &World{store: store, mounts: mounts, rng: rng, cfg: cfg, nodes: map[string]*node{}, attacher: newAttacher()}
-	w.attacher.failAttach, w.attacher.failDetach, w.attacher.maxDelay = cfg.AttachFailure, cfg.DetachFailure, cfg.SlowAttach
-	return w
+	draws := &agentDraws{
+		rng:        rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())),
+		failAttach: cfg.AttachFailure, failDetach: cfg.DetachFailure, maxDelay: cfg.SlowAttach,
+	}
+	return &World{store: store, mounts: mounts, rng: rng, cfg: cfg, draws: draws, nodes: map[string]*node{}}
 }
 
 // step is one scheduled action.
@@ -181,9 +182,7 @@ func (w *World) RunUntil(t time.Time) {
 func (w *World) logf(format string, args ...any) { w.cfg.Logf("world: "+format, args...) }
 
 // jitter returns a random duration in [lo, hi).
-func (w *World) jitter(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
-}
+func (w *World) jitter(lo, hi time.Duration) time.Duration { return between(w.rng, lo, hi) }
 
 func (w *World) create(obj runtime.Object) {
 	if _, err := w.store.Create("world", obj); err != nil {
@@ -199,12 +198,12 @@ func (w *World) mutate(actor string, ref fakeapi.Ref, f func(obj runtime.Object)
 }
 
 // Start creates the CSIDriver, the nodes, the volumes and claims and a few pods,
-// and starts the kubelets, the external-attacher, pod garbage collection and the
-// workload, which changes things until StopChanges.
-func (w *World) Start() {
+// and starts the kubelets and the external-attacher until ctx ends, pod garbage
+// collection and the workload, which changes things until StopChanges.
+func (w *World) Start(ctx context.Context) error {
 	w.create(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: Driver}, Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(true)}})
 	for i := range w.cfg.Nodes {
-		w.startNode(fmt.Sprintf("node-%d", i))
+		w.createNode(fmt.Sprintf("node-%d", i))
 	}
 	modes := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteOnce, corev1.ReadWriteOncePod, corev1.ReadWriteMany, corev1.ReadWriteMany}
 	for i := range w.cfg.Volumes {
@@ -233,10 +232,13 @@ func (w *World) Start() {
 	for range w.cfg.Nodes {
 		w.createPod()
 	}
+	if err := w.startAgents(ctx); err != nil {
+		return err
+	}
 	w.changes = true
-	w.After(w.jitter(0, time.Second), w.attacherLoop)
 	w.After(5*time.Second, w.podGCLoop)
 	w.After(w.jitter(0, 2*time.Second), w.workloadLoop)
+	return nil
 }
 
 func (w *World) createPV(v *volume) {
@@ -274,7 +276,7 @@ func getObject[T runtime.Object](s *fakeapi.Store, namespace, name string) (T, b
 // correct controller converges.
 func (w *World) StopChanges() {
 	w.changes = false
-	w.attacher.failAttach, w.attacher.failDetach = 0, 0
+	w.draws.stopFailing()
 	w.logf("changes stop: every node comes back Ready and untainted")
 	for _, name := range w.nodeNames() {
 		n := w.nodes[name]

@@ -13,11 +13,13 @@
 //
 // A seed runs inside a testing/synctest bubble: time is simulated (a seed covers
 // several minutes of cluster time in a fraction of a second) and advances only
-// when every goroutine is blocked. The world (workload, kubelets, external-attacher,
-// pod garbage collection, the cloud provider's shutdown taint, another tool
-// copying VolumeAttachments, controller kills and lease losses at set times) runs
-// on one goroutine and draws every choice from the seed, waiting before each step
-// until the controller has nothing left to do at that instant.
+// when every goroutine is blocked. The world (workload, pod garbage collection, the
+// cloud provider's shutdown taint, another tool copying VolumeAttachments,
+// controller kills and lease losses at set times) runs on one goroutine and draws
+// every choice from the seed, waiting before each step until the controller has
+// nothing left to do at that instant; the kubelets and the external-attacher
+// (internal/sim's, as the suites on a real API server run them) run on their own
+// goroutines and draw from the seed too.
 //
 // Each seed draws a configuration: the periodic pass off
 // (--disable-attach-detach-reconcile-sync), the simulated CSI driver never

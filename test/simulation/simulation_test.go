@@ -22,6 +22,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/safetyrules"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simcheck"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simtrace"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simworld"
@@ -123,7 +124,7 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 	p := newPlan(uint64(seed), rng)
 	trace := simtrace.New(*traceFlag)
 	shared.Store(trace)
-	mounts := simworld.NewMounts()
+	mounts := sim.NewMounts()
 	checker := simcheck.New(safetyrules.Settings{
 		MaxWait: p.opts.MaxWaitForUnmount, Grace: p.maxDelay,
 		NeverForce:            p.neverForced,
@@ -146,7 +147,11 @@ func runSeed(t *testing.T, seed int64, shared *atomic.Pointer[simtrace.Trace]) {
 		Settle: synctest.Wait,
 		Logf:   trace.Addf,
 	})
-	world.Start()
+	ctx, stopWorld := context.WithCancel(klog.NewContext(t.Context(), trace.Logger("world", 2)))
+	defer stopWorld()
+	if err := world.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	cs := &controllers{store: store, plan: p, trace: trace, checker: checker}
 	cs.start()
 	for _, at := range p.kills {
