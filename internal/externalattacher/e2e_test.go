@@ -269,7 +269,11 @@ func TestExternalAttacher(t *testing.T) {
 		h.createPV(t, pv, handle, v1.ReadWriteOnce)
 		name := h.createVA(t, pv, handle, node)
 
-		va := h.waitVA(t, name, "attachError set", func(va *storagev1.VolumeAttachment) bool { return va.Status.AttachError != nil })
+		// The attacher's PV informer may not hold the PV yet at the first try
+		// ("persistentvolume not found"): wait for the driver's error.
+		va := h.waitVA(t, name, "attachError from the driver", func(va *storagev1.VolumeAttachment) bool {
+			return va.Status.AttachError != nil && strings.Contains(va.Status.AttachError.Message, message)
+		})
 		if va.Status.Attached || !strings.Contains(va.Status.AttachError.Message, message) {
 			t.Errorf("status %+v, want not attached with an attachError mentioning %q", va.Status, message)
 		}
@@ -358,7 +362,11 @@ func TestExternalAttacher(t *testing.T) {
 		const pv, handle, node = "pv-7", "vol-7", "node-3"
 		h.createPV(t, pv, handle, v1.ReadWriteOnce)
 		name := h.createVA(t, pv, handle, node)
-		va := h.waitVA(t, name, "attachError set", func(va *storagev1.VolumeAttachment) bool { return va.Status.AttachError != nil })
+		// The attacher's PV informer may not hold the PV yet at the first try
+		// ("persistentvolume not found"): wait for the error about the node.
+		va := h.waitVA(t, name, "attachError about the node", func(va *storagev1.VolumeAttachment) bool {
+			return va.Status.AttachError != nil && !strings.Contains(va.Status.AttachError.Message, "persistentvolume")
+		})
 		if va.Status.Attached || hasFinalizer(va) {
 			t.Errorf("VolumeAttachment %+v, want no finalizer and not attached", va)
 		}

@@ -615,16 +615,21 @@ func (s *ActualState) SetDeleteUnsettled(name string, uid types.UID, unsettled b
 }
 
 // StartUnmountWait starts the wait for kubelet to unmount the volume from the
-// node, unless it runs already, and returns when it started.
-func (s *ActualState) StartUnmountWait(name volumename.UniqueName, node string, now time.Time) time.Time {
+// node, unless it runs already, and returns when it started. A wait that runs
+// starts again at neededUntil if a pod needed the volume there after the wait
+// began (one that came and went between two reconciles).
+func (s *ActualState) StartUnmountWait(name volumename.UniqueName, node string, now, neededUntil time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.pairs[name][node]
 	if !ok {
 		return now
 	}
-	if p.unmountWaitStarted.IsZero() {
+	switch {
+	case p.unmountWaitStarted.IsZero():
 		p.unmountWaitStarted = now
+	case neededUntil.After(p.unmountWaitStarted):
+		p.unmountWaitStarted = neededUntil
 	}
 	return p.unmountWaitStarted
 }

@@ -318,10 +318,10 @@ func TestUnmountWait(t *testing.T) {
 	s := cache.NewActualState()
 	s.Observe(observation(volA, "node-1", true))
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	if got := s.StartUnmountWait(volA.Name, "node-1", t0); !got.Equal(t0) {
+	if got := s.StartUnmountWait(volA.Name, "node-1", t0, time.Time{}); !got.Equal(t0) {
 		t.Errorf("first StartUnmountWait = %v, want %v", got, t0)
 	}
-	if got := s.StartUnmountWait(volA.Name, "node-1", t0.Add(time.Minute)); !got.Equal(t0) {
+	if got := s.StartUnmountWait(volA.Name, "node-1", t0.Add(time.Minute), time.Time{}); !got.Equal(t0) {
 		t.Errorf("second StartUnmountWait = %v, want the first moment %v", got, t0)
 	}
 	if on, _ := s.Get(volA.Name, "node-1"); !on.UnmountWaitStarted.Equal(t0) {
@@ -329,10 +329,10 @@ func TestUnmountWait(t *testing.T) {
 	}
 	s.EndUnmountWait(volA.Name, "node-1")
 	t1 := t0.Add(2 * time.Minute)
-	if got := s.StartUnmountWait(volA.Name, "node-1", t1); !got.Equal(t1) {
+	if got := s.StartUnmountWait(volA.Name, "node-1", t1, time.Time{}); !got.Equal(t1) {
 		t.Errorf("StartUnmountWait after End = %v, want a new wait from %v", got, t1)
 	}
-	if got := s.StartUnmountWait(volB.Name, "node-1", t1); !got.Equal(t1) {
+	if got := s.StartUnmountWait(volB.Name, "node-1", t1, time.Time{}); !got.Equal(t1) {
 		t.Errorf("StartUnmountWait of a missing attachment = %v, want now", got)
 	}
 }
@@ -499,7 +499,7 @@ func TestMarksOnAVolumeNotRecordedDoNothing(t *testing.T) {
 	if _, hidden := s.DetachForce(volA.Name, "node-2"); hidden {
 		t.Error("DetachForce on node-2, which has nothing: hidden, want not")
 	}
-	if got := s.StartUnmountWait(volA.Name, "node-2", now); !got.Equal(now) {
+	if got := s.StartUnmountWait(volA.Name, "node-2", now, time.Time{}); !got.Equal(now) {
 		t.Errorf("StartUnmountWait on node-2, which has nothing = %s, want now", got)
 	}
 	s.EndUnmountWait(volA.Name, "node-2")

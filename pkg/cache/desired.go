@@ -2,6 +2,7 @@ package cache
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,12 @@ type DesiredState struct {
 	pods     map[string]desiredPod
 	volumes  map[volumename.UniqueName]*desiredVolume
 	nodeVols map[string]map[volumename.UniqueName]struct{}
+	// neededUntil holds, by volume and node, when the last pod there that
+	// needed the volume went, until the reconciler takes it: a pod may come and
+	// go between two reconciles of the volume, and the wait for unmount must
+	// count from when it went, not from before it came.
+	neededUntil map[volumename.UniqueName]map[string]time.Time
+	now         func() time.Time
 }
 
 type desiredPod struct {
@@ -51,9 +58,11 @@ type DesiredVolume struct {
 // NewDesiredState returns an empty desired state.
 func NewDesiredState() *DesiredState {
 	return &DesiredState{
-		pods:     make(map[string]desiredPod),
-		volumes:  make(map[volumename.UniqueName]*desiredVolume),
-		nodeVols: make(map[string]map[volumename.UniqueName]struct{}),
+		pods:        make(map[string]desiredPod),
+		volumes:     make(map[volumename.UniqueName]*desiredVolume),
+		nodeVols:    make(map[string]map[volumename.UniqueName]struct{}),
+		neededUntil: make(map[volumename.UniqueName]map[string]time.Time),
+		now:         time.Now,
 	}
 }
 
@@ -148,11 +157,33 @@ func (d *DesiredState) removePodVolume(podKey, node string, name volumename.Uniq
 	if len(att.pods) == 0 {
 		delete(vol.nodes, node)
 		removeFromIndex(d.nodeVols, node, name)
+		if d.neededUntil[name] == nil {
+			d.neededUntil[name] = make(map[string]time.Time)
+		}
+		d.neededUntil[name][node] = d.now()
 	}
 	if len(vol.nodes) == 0 {
 		delete(d.volumes, name)
 	}
 	return true
+}
+
+// NeededUntil returns, by node, when the volume was last needed there by a pod
+// that has gone since the reconciler last took it (TakeNeededUntil).
+func (d *DesiredState) NeededUntil(name volumename.UniqueName) map[string]time.Time {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return maps.Clone(d.neededUntil[name])
+}
+
+// TakeNeededUntil returns what NeededUntil does and forgets it: the reconciler
+// takes it into the waits for unmount it keeps.
+func (d *DesiredState) TakeNeededUntil(name volumename.UniqueName) map[string]time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.neededUntil[name]
+	delete(d.neededUntil, name)
+	return out
 }
 
 func sameSpec(a, b Volume) bool {

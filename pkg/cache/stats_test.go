@@ -67,8 +67,8 @@ func TestActualCounts(t *testing.T) {
 		t.Errorf("AttachedByPlugin() = %v, want %v", got, want)
 	}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	s.StartUnmountWait(volA.Name, "node-1", t0)
-	s.StartUnmountWait(volB.Name, "node-1", t0.Add(time.Minute))
+	s.StartUnmountWait(volA.Name, "node-1", t0, time.Time{})
+	s.StartUnmountWait(volB.Name, "node-1", t0.Add(time.Minute), time.Time{})
 	if got, want := s.UnmountWaits(t0.Add(2*time.Minute)), (cache.Wait{Count: 2, Oldest: 2 * time.Minute}); got != want {
 		t.Errorf("UnmountWaits() = %+v, want %+v", got, want)
 	}

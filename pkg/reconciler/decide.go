@@ -135,13 +135,19 @@ const (
 // decisions returns the decisions about the volume on every node.
 func (r *Reconciler) decisions(name volumename.UniqueName, waits unmountWaits) []Decision {
 	desired, _ := r.cfg.Desired.Volume(name)
-	return r.decide(desired, r.cfg.Actual.Volume(name), waits)
+	return r.decide(name, desired, r.cfg.Actual.Volume(name), waits)
 }
 
 // decide applies the rules to the volume as desired and as attached, on every
 // node that needs it or has something of it, sorted by node.
-func (r *Reconciler) decide(desired cache.DesiredVolume, attachments []cache.OnNode, waits unmountWaits) []Decision {
+func (r *Reconciler) decide(name volumename.UniqueName, desired cache.DesiredVolume, attachments []cache.OnNode, waits unmountWaits) []Decision {
 	now := r.cfg.Now()
+	var neededUntil map[string]time.Time
+	if waits == waitsKept {
+		neededUntil = r.cfg.Desired.TakeNeededUntil(name)
+	} else {
+		neededUntil = r.cfg.Desired.NeededUntil(name)
+	}
 	var out []Decision
 	for _, on := range attachments {
 		if _, wanted := desired.Nodes[on.Node]; wanted {
@@ -153,11 +159,14 @@ func (r *Reconciler) decide(desired cache.DesiredVolume, attachments []cache.OnN
 		out = append(out, r.decideDetach(on, r.cfg.Nodes.Get(on.Node), now, func() time.Time {
 			switch waits {
 			case waitsKept:
-				return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now)
+				return r.cfg.Actual.StartUnmountWait(on.Volume, on.Node, now, neededUntil[on.Node])
 			case waitsFromNow:
-				return cmp.Or(on.UnmountWaitStarted, now)
+				return later(cmp.Or(on.UnmountWaitStarted, now), neededUntil[on.Node])
 			}
-			return on.UnmountWaitStarted
+			if on.UnmountWaitStarted.IsZero() {
+				return on.UnmountWaitStarted
+			}
+			return later(on.UnmountWaitStarted, neededUntil[on.Node])
 		}))
 	}
 	for node := range desired.Nodes {

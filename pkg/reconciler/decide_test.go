@@ -221,7 +221,7 @@ func TestAWaitForUnmountEndsWhenAPodNeedsTheVolumeAgain(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			actual := cache.NewActualState()
 			actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-1", UID: "uid-1", Attached: true})
-			actual.StartUnmountWait(vol.Name, "node-a", began)
+			actual.StartUnmountWait(vol.Name, "node-a", began, time.Time{})
 			desired := cache.NewDesiredState()
 			desired.SetPod(cache.PodRef{Namespace: "ns", Name: "p", UID: "u"}, "node-a", []cache.Volume{vol})
 			nodes := cache.NewNodes()
@@ -318,3 +318,30 @@ type podView struct {
 }
 
 func (v podView) WatchingSince() (time.Time, bool) { return v.since, v.watching }
+
+// TestAWaitForUnmountCountsFromAPodThatCameAndWentBetweenTwoSyncs: a pod on the
+// node needed the volume again and went before the next Sync of the volume (a
+// busy queue, soak seed 3020): the wait counts from when it went, not from
+// before it came; an explanation reads the same.
+func TestAWaitForUnmountCountsFromAPodThatCameAndWentBetweenTwoSyncs(t *testing.T) {
+	vol := cache.Volume{Name: volumename.CSI("d", "h"), Driver: "d", Handle: "h"}
+	for _, waits := range []unmountWaits{waitsKept, waitsFromNow, waitsUnknown} {
+		began := time.Now().Add(-time.Hour)
+		actual := cache.NewActualState()
+		actual.Observe(cache.Observation{Volume: vol.Name, Node: "node-a", VolumeAttachment: "va-1", UID: "uid-1", Attached: true})
+		actual.StartUnmountWait(vol.Name, "node-a", began, time.Time{})
+		desired := cache.NewDesiredState()
+		pod := cache.PodRef{Namespace: "ns", Name: "p", UID: "u"}
+		desired.SetPod(pod, "node-a", []cache.Volume{vol})
+		beforeItWent := time.Now()
+		desired.DeletePod(pod.Key())
+		nodes := cache.NewNodes()
+		nodes.Set(cache.Node{Name: "node-a", Presence: cache.NodePresent, Managed: true, InUse: map[volumename.UniqueName]struct{}{vol.Name: {}}})
+		r := &Reconciler{cfg: Config{Desired: desired, Actual: actual, Nodes: nodes, Now: func() time.Time { return began.Add(2 * time.Hour) },
+			UnmountPolicy: UnmountPolicy{Default: DriverUnmountPolicy{MaxWait: time.Minute}}}}
+		ds := r.decisions(vol.Name, waits)
+		if len(ds) != 1 || ds[0].WaitStarted.Before(beforeItWent) {
+			t.Errorf("waits %d: decisions %+v, want the wait counted from when the pod went, at or after %s", waits, ds, beforeItWent)
+		}
+	}
+}

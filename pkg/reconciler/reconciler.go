@@ -124,7 +124,7 @@ func (r *Reconciler) Sync(ctx context.Context, name volumename.UniqueName) time.
 	ctx = klog.NewContext(ctx, logger)
 	desired, _ := r.cfg.Desired.Volume(name)
 	attachments := r.cfg.Actual.Volume(name)
-	decisions := r.decide(desired, attachments, waitsKept)
+	decisions := r.decide(name, desired, attachments, waitsKept)
 	next := forceDue(decisions)
 	for _, wanted := range []bool{false, true} {
 		for _, d := range decisions {

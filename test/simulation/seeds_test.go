@@ -79,6 +79,12 @@ var regressionSeeds = []struct {
 	// another node went ahead beside the new object. Failed 11 of 300 runs
 	// before, 0 of 300 after.
 	{"an older object's late events stood for the create of its name", 48060},
+	// A pod needed a volume on a node again and went before the reconciler next
+	// ran on the volume (its queue was busy): the wait for unmount still counted
+	// from before the pod came, and the volume was force-detached from the
+	// deleted node 24 s after the pod went, with a 30 s wait. Found by the soak
+	// on internal/sim's kubelet; failed 20 of 20 runs before, 0 of 20 after.
+	{"the wait for unmount missed a pod that came and went between two reconciles", 3020},
 	// The VolumeAttachment informer's watch expired and it listed again only
 	// after its back-off, or its lists failed; another tool's copy made
 	// meanwhile held an RWO volume on one node while the controller attached it
