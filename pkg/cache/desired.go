@@ -177,8 +177,15 @@ func (d *DesiredState) NeededUntil(name volumename.UniqueName) map[string]time.T
 }
 
 // TakeNeededUntil returns what NeededUntil does and forgets it: the reconciler
-// takes it into the waits for unmount it keeps.
+// takes it into the waits for unmount it keeps. It runs at every reconcile, and
+// takes the write lock only when there is something to take.
 func (d *DesiredState) TakeNeededUntil(name volumename.UniqueName) map[string]time.Time {
+	d.mu.RLock()
+	_, ok := d.neededUntil[name]
+	d.mu.RUnlock()
+	if !ok {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := d.neededUntil[name]
