@@ -52,6 +52,11 @@ type Attachment struct {
 // status rather than a VolumeAttachment.
 func (a Attachment) ReportOnly() bool { return a.VolumeAttachment == "" }
 
+// Unknown tells whether only a read from the API server can learn what became of
+// the object: the informer never showed it (a create of it may or may not have
+// made it), or its delete had an unknown outcome.
+func (a Attachment) Unknown() bool { return !a.Seen || a.DeleteUnsettled }
+
 // Observation is what a VolumeAttachment says about an attachment.
 type Observation struct {
 	Volume           volumename.UniqueName
@@ -449,7 +454,7 @@ func (s *ActualState) Unsettled() []Attachment {
 	defer s.mu.RUnlock()
 	var out []Attachment
 	for _, att := range s.objects {
-		if !att.Seen || att.DeleteUnsettled {
+		if att.Unknown() {
 			out = append(out, *att)
 		}
 	}

@@ -322,6 +322,11 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 		interleave.At(ctx, "attach-create", name)
 		fresh := e.cfg.Actual.BeginCreate(vol.Name, node, name, vol.MultiAttach)
 		if err := e.create(ctx, vol, node, name, fresh); err != nil {
+			// A create of unknown outcome leaves a record that may name no
+			// object; the node holds the volume until a read settles that.
+			if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen {
+				e.retrySettle(ctx, att)
+			}
 			return err
 		}
 	}
@@ -352,7 +357,9 @@ func (e *Executor) attach(ctx context.Context, vol cache.Volume, node string) er
 		return false, nil
 	})
 	if err != nil && !seen {
-		e.settleUnseen(ctx, name)
+		if _, readErr := e.settleUnseen(ctx, name); readErr != nil {
+			e.retrySettle(ctx, own)
+		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return fmt.Errorf("timed out after %s waiting for the external-attacher of %s to attach VolumeAttachment %s", e.cfg.Timeout, vol.Driver, name)
@@ -420,12 +427,9 @@ func refused(err error) bool {
 // record goes), or one whose delete had an unknown outcome.
 func (e *Executor) Settle(ctx context.Context, att cache.Attachment) {
 	if !att.DeleteUnsettled {
-		key := lockFor(att.Volume, att.Node, att.MultiAttach)
-		if !e.locks.tryAcquire(key) {
-			return
+		if err := e.settleCreate(ctx, att); err != nil && !errors.Is(err, errBusy) {
+			klog.FromContext(ctx).Error(err, "Reading a VolumeAttachment the informer never showed, to learn whether it exists", "volumeAttachment", att.VolumeAttachment)
 		}
-		defer e.locks.free(key)
-		e.settleUnseen(ctx, att.VolumeAttachment)
 		return
 	}
 	if err := e.settleDelete(ctx, att, e.readDeleted); err != nil && !errors.Is(err, errBusy) {
@@ -481,13 +485,14 @@ func unsettled(att cache.Attachment) bool {
 	return att.DeleteUnsettled || (att.Deleting && !att.Seen)
 }
 
-// retrySettle reads back, in its own goroutine, an object whose delete had an
-// unknown outcome, or took effect on an object the informer never showed, again
-// and again with backoff, until the outcome is known (from a read, or from the
-// informer) and, for the latter, the object is gone or the informer shows it, or
-// until ctx ends. Nothing else may be waiting to settle it: the reconciler
-// leaves a volume alone while its delete may be under way, and the periodic
-// pass may be off.
+// retrySettle reads back, in its own goroutine, an object that only a read can
+// settle, again and again with backoff, until ctx ends or what became of it is
+// known: a create of unknown outcome is settled once a read finds the object, or
+// finds it missing and the record goes; a delete of unknown outcome, or one that
+// took effect on an object the informer never showed, as settleDelete tells.
+// Nothing else may be waiting to settle it: the reconciler leaves a volume alone
+// while its delete may be under way, no attach follows a create whose node no
+// longer needs the volume, and the periodic pass may be off.
 func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -514,10 +519,18 @@ func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
 			case <-retry.C:
 			}
 			cur, ok := e.cfg.Actual.Object(att.VolumeAttachment)
-			if !ok || !unsettled(cur) || (att.UID != "" && cur.UID != att.UID) {
+			if !ok || !cur.Unknown() || (att.UID != "" && cur.UID != att.UID) {
 				return
 			}
 			delay = min(2*delay, maxBackoff)
+			if !cur.Deleting && !cur.DeleteUnsettled {
+				if err := e.settleCreate(ctx, cur); err != nil {
+					logger.V(2).Info("The outcome of a create is still unknown, reading the VolumeAttachment again later", "err", err, "after", delay)
+					continue
+				}
+				logger.V(2).Info("Settled a create by reading the VolumeAttachment back")
+				return
+			}
 			if err := e.settleDelete(ctx, cur, e.readBack); err != nil {
 				logger.V(2).Info("The outcome of a delete is still unknown, reading the VolumeAttachment again later", "err", err, "after", delay)
 				continue
@@ -531,18 +544,37 @@ func (e *Executor) retrySettle(ctx context.Context, att cache.Attachment) {
 	}()
 }
 
+// settleCreate reads, unless an operation on it runs, an object the informer
+// never showed and the controller tried to create. If the record goes, the
+// volume is reconciled again: no operation's end will do it.
+func (e *Executor) settleCreate(ctx context.Context, att cache.Attachment) error {
+	key := lockFor(att.Volume, att.Node, att.MultiAttach)
+	if !e.locks.tryAcquire(key) {
+		return errBusy
+	}
+	defer e.locks.free(key)
+	forgotten, err := e.settleUnseen(ctx, att.VolumeAttachment)
+	if forgotten {
+		e.cfg.Done.Enqueue(att.Volume)
+	}
+	return err
+}
+
 // settleUnseen reads an object the informer never showed: if the API server does
 // not have it, the record of it goes.
-func (e *Executor) settleUnseen(ctx context.Context, name string) {
-	if att, ok := e.cfg.Actual.Object(name); !ok || att.Seen {
-		return
+func (e *Executor) settleUnseen(ctx context.Context, name string) (forgotten bool, err error) {
+	att, ok := e.cfg.Actual.Object(name)
+	if !ok || att.Seen {
+		return false, nil
 	}
-	_, err := e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		if att, ok := e.cfg.Actual.Object(name); ok && !att.Seen {
-			e.cfg.Actual.Forget(name, att.UID)
-		}
+	_, err = e.cfg.Client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return e.forgetIfUnseen(att), nil
+	case err != nil:
+		return false, fmt.Errorf("reading VolumeAttachment %s: %w", name, err)
 	}
+	return false, nil
 }
 
 // Detach starts detaching the volume from the node: deleting every

@@ -920,3 +920,10 @@ func TestAttachWaitsPastAnOlderObjectOfItsName(t *testing.T) {
 		t.Errorf("events = %q, want %q", got, want)
 	}
 }
+
+// settlingAny tells whether a read-back of any object runs.
+func (h *execHarness) settlingAny() bool {
+	h.exec.mu.Lock()
+	defer h.exec.mu.Unlock()
+	return len(h.exec.settling) > 0
+}

@@ -32,14 +32,16 @@ func TestAttachCreateOfUnknownOutcomeKeepsTheHolder(t *testing.T) {
 		name string
 		err  error
 		// applied: the API server created the object before the answer was lost.
-		applied  bool
-		wantKept bool
+		applied bool
+		// readFails: the reads that would settle the outcome fail too.
+		readFails bool
+		wantKept  bool
 	}{
 		{name: "500, created", err: apierrors.NewInternalError(errors.New("etcd leader changed")), applied: true, wantKept: true},
-		{name: "500, not created", err: apierrors.NewInternalError(errors.New("etcd leader changed")), wantKept: true},
+		{name: "500, not created, not read back yet", err: apierrors.NewInternalError(errors.New("etcd leader changed")), readFails: true, wantKept: true},
 		{name: "connection lost, created", err: connectionReset, applied: true, wantKept: true},
 		{name: "server timeout, created", err: apierrors.NewTimeoutError("request did not complete within 60s", 1), applied: true, wantKept: true},
-		{name: "503", err: apierrors.NewServiceUnavailable("shutting down"), wantKept: true},
+		{name: "503, not read back yet", err: apierrors.NewServiceUnavailable("shutting down"), readFails: true, wantKept: true},
 		{name: "422 Invalid", err: invalid},
 		{name: "429 TooManyRequests", err: apierrors.NewTooManyRequests("slow down", 1)},
 		{name: "403 Forbidden", err: apierrors.NewForbidden(storagev1.Resource("volumeattachments"), testVAName, errors.New("denied"))},
@@ -50,6 +52,9 @@ func TestAttachCreateOfUnknownOutcomeKeepsTheHolder(t *testing.T) {
 			h.informerSeesCreates = true
 			h.createErr = tc.err
 			h.createApplies = tc.applied
+			if tc.readFails {
+				h.getErr = apierrors.NewInternalError(errors.New("etcd leader changed"))
+			}
 			if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
 				t.Fatalf("Attach: %v", err)
 			}
@@ -79,6 +84,57 @@ func TestAttachCreateOfUnknownOutcomeKeepsTheHolder(t *testing.T) {
 				t.Fatalf("Attach to %s after a refused create = %v, want it started", otherNode, err)
 			}
 			h.waitWaiting(t, vaName(otherNode))
+		})
+	}
+}
+
+// TestAttachCreateOfUnknownOutcomeIsReadBack: after a create of unknown outcome
+// the executor reads the object back until a read answers, with nothing else to
+// start it: no attach follows once the node no longer needs the volume, and the
+// periodic pass may be off. The record of an object the API server does not have
+// goes, and the volume is reconciled again; an object it has stays recorded.
+func TestAttachCreateOfUnknownOutcomeIsReadBack(t *testing.T) {
+	tests := []struct {
+		name     string
+		applied  bool
+		wantKept bool
+	}{
+		{name: "not created", wantKept: false},
+		{name: "created", applied: true, wantKept: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHarness(t, time.Minute)
+			h.createErr = apierrors.NewTimeoutError("request did not complete within 60s", 1)
+			h.createApplies = tc.applied
+			h.getErr = apierrors.NewInternalError(errors.New("etcd leader changed"))
+			if err := h.exec.Attach(t.Context(), testPV, testNode, testPods); err != nil {
+				t.Fatalf("Attach: %v", err)
+			}
+			h.waitDone(t)
+			if _, kept := h.actual.Object(testVAName); !kept {
+				t.Fatal("record forgotten before any read answered")
+			}
+			h.mu.Lock()
+			h.getErr = nil
+			h.mu.Unlock()
+			deadline := time.Now().Add(waitLimit)
+			for h.settlingAny() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if h.settlingAny() {
+				t.Fatal("still reading the object back")
+			}
+			att, kept := h.actual.Object(testVAName)
+			if kept != tc.wantKept {
+				t.Fatalf("record kept = %v, want %v", kept, tc.wantKept)
+			}
+			if kept && att.Seen {
+				t.Errorf("record = %+v, want it unseen until the informer shows it", att)
+			}
+			if !tc.wantKept {
+				h.waitDone(t)
+			}
 		})
 	}
 }

@@ -85,14 +85,19 @@ var regressionSeeds = []struct {
 	// deleted node 24 s after the pod went, with a 30 s wait. Found by the soak
 	// on internal/sim's kubelet; failed 20 of 20 runs before, 0 of 20 after.
 	{"the wait for unmount missed a pod that came and went between two reconciles", 3020},
+	// With --disable-attach-detach-reconcile-sync, an attach's create timed out
+	// before the API server applied it, and its node was deleted right after:
+	// no attach followed and nothing read the object back, so the record of an
+	// object that did not exist held the RWO volume, and its attach elsewhere
+	// waited for ever. Found by the soak; failed 9 of 500 runs before, 0 of 500
+	// after.
+	{"create of unknown outcome never read back without the periodic pass", 16881},
 	// The VolumeAttachment informer's watch expired and it listed again only
 	// after its back-off, or its lists failed; another tool's copy made
 	// meanwhile held an RWO volume on one node while the controller attached it
 	// to another. 1064 failed 12 of 200 runs before the fix; 7740, the same
-	// defect, 12 of 40. After it, neither puts a volume on two nodes in 200 runs;
-	// 7740 converges in all 200, 1064 does not in 2 of 200, as before the fix: a
-	// record of a deleted VolumeAttachment stays with the periodic pass off, a
-	// cause of its own.
+	// defect, 12 of 40. After it, neither puts a volume on two nodes in 200 runs,
+	// and both converge in all 200.
 	{"single-attach attach while the VolumeAttachment informer is not watching", 1064},
 	{"single-attach attach while the VolumeAttachment informer is not watching, a second draw", 7740},
 }
