@@ -4,9 +4,10 @@
 //
 // Warnings wait for as long as it takes: a repeat of a warning still waiting
 // (same object, type, reason and message) is folded into it, so memory grows
-// with the number of distinct warnings, not with the burst. Normal events wait in
-// a queue of bounded length; one that finds it full is dropped and reported to
-// Options.Dropped. A single writer sends them, warnings first, at the rate limit
+// with the number of distinct warnings, not with the burst. Normal events are
+// folded the same way and wait in a queue of bounded length, long enough for one
+// event per pod of a burst of 25,000 attaches; one that finds it full is dropped
+// and reported to Options.Dropped. A single writer sends them, warnings first, at the rate limit
 // of the client it is given, through client-go's EventCorrelator, so that repeats
 // are counted on one Event, similar events are aggregated and an object that gets
 // too many events is filtered exactly as client-go's broadcaster does.
@@ -56,8 +57,11 @@ const (
 
 // Defaults of Options.
 const (
-	// DefaultMaxQueuedNormal is the length of client-go's broadcaster queue.
-	DefaultMaxQueuedNormal = 1000
+	// DefaultMaxQueuedNormal bounds the memory of normal events waiting: about
+	// 1 KiB each, so 26 MiB at most. It is 25 times client-go's broadcaster
+	// queue, which drops events beyond 1,000 waiting: a burst of 10,000 attaches
+	// gets every SuccessfulAttachVolume written.
+	DefaultMaxQueuedNormal = 25000
 	// DefaultRetryDelay is client-go's wait before it writes an event again
 	// after an error that may pass.
 	DefaultRetryDelay = 10 * time.Second

@@ -142,7 +142,8 @@ func TestBurstOfFiveThousand(t *testing.T) {
 		creates: map[string]int{},
 	}
 	var dropped drops
-	rec := New(ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))), sink, scheme.Scheme, Options{Source: source, Dropped: dropped.add})
+	rec := New(ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))), sink, scheme.Scheme,
+		Options{Source: source, Dropped: dropped.add, MaxQueuedNormal: 1000})
 	stop := start(t, rec)
 	emitter := podevents.NewEmitter(rec)
 

@@ -125,6 +125,71 @@ func (p *Priority) tryAccept() bool {
 	return len(p.waiting[high]) == 0 && len(p.waiting[low]) == 0 && p.bucket.Allow()
 }
 
+// takeSpare takes a token the shared bucket can spare: nobody waits, and the
+// bucket keeps at least half its burst for the requests to come.
+func (p *Priority) takeSpare() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.waiting[high]) > 0 || len(p.waiting[low]) > 0 {
+		return false
+	}
+	now := time.Now()
+	if p.bucket.TokensAt(now) < float64(p.bucket.Burst())/2+1 {
+		return false
+	}
+	return p.bucket.AllowN(now, 1)
+}
+
+// SpareOr returns a rate limiter of its own, of qps requests per second with the
+// given burst, that also hands out the tokens the shared bucket can spare. A
+// request takes a token of its own limit, or one of the shared bucket that no
+// request waits for while the bucket keeps half its burst: it never makes a
+// request of the shared bucket wait beyond that reserve, and goes at the shared
+// rate when nothing else needs it. Events use it.
+func (p *Priority) SpareOr(qps float32, burst int) flowcontrol.RateLimiter {
+	return &spareOr{shared: p, own: rate.NewLimiter(rate.Limit(qps), burst), qps: qps}
+}
+
+type spareOr struct {
+	shared *Priority
+	own    *rate.Limiter
+	qps    float32
+}
+
+func (s *spareOr) TryAccept() bool { return s.own.Allow() || s.shared.takeSpare() }
+
+func (s *spareOr) Accept() { _ = s.Wait(context.Background()) }
+
+// Wait reserves a token of its own limit and, until that token is due, looks
+// for a spare one of the shared bucket as often as the shared bucket fills.
+func (s *spareOr) Wait(ctx context.Context) error {
+	own := s.own.Reserve()
+	due := time.Now().Add(own.Delay())
+	poll := time.Duration(float64(time.Second) / float64(s.shared.qps))
+	for {
+		left := time.Until(due)
+		if left <= 0 {
+			return nil
+		}
+		if s.shared.takeSpare() {
+			own.Cancel()
+			return nil
+		}
+		timer := time.NewTimer(min(left, poll))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			own.Cancel()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+func (s *spareOr) QPS() float32 { return s.qps }
+
+func (s *spareOr) Stop() {}
+
 // view is a flowcontrol.RateLimiter drawing from the shared bucket at one priority.
 type view struct {
 	p *Priority

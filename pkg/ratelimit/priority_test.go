@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -84,5 +85,51 @@ func TestBacklog(t *testing.T) {
 	}
 	if got := p.Backlog(); got < 200*time.Millisecond || got > 300*time.Millisecond {
 		t.Errorf("Backlog with 3 waiting at 10 QPS = %s, want 200-300ms", got)
+	}
+}
+
+// TestSpareOr: a limiter of its own that also takes the tokens the shared bucket
+// can spare: nobody waits for them and half the burst stays for those who will.
+func TestSpareOr(t *testing.T) {
+	tests := []struct {
+		name string
+		// busy keeps a low-priority request waiting on the shared bucket.
+		busy bool
+		want int
+	}{
+		// 1 token of its own, and 50 of the shared bucket's 100, in 10 ms.
+		{name: "shared bucket idle", want: 51},
+		// Its own token only: the waiting request has every shared one.
+		{name: "a request waits on the shared bucket", busy: true, want: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				p := NewPriority(ctx, 1, 100)
+				if tc.busy {
+					for p.Low().TryAccept() {
+					}
+					go func() { _ = p.Low().Wait(ctx) }()
+					synctest.Wait()
+				}
+				events := p.SpareOr(0.001, 1)
+				got := 0
+				deadline, stop := context.WithTimeout(ctx, 10*time.Millisecond)
+				defer stop()
+				for events.Wait(deadline) == nil {
+					got++
+				}
+				if got != tc.want {
+					t.Errorf("%d requests passed in 10ms, want %d", got, tc.want)
+				}
+				if !tc.busy {
+					if tokens := p.bucket.Tokens(); tokens < 50 {
+						t.Errorf("shared bucket left with %.0f tokens, want at least half its burst", tokens)
+					}
+				}
+			})
+		})
 	}
 }

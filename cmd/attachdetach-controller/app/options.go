@@ -98,7 +98,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 		"Content type of requests and watches sent to the API server: "+protobufContentType+" or "+jsonContentType+".")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 20, "Queries per second to the API server, events excluded.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 30, "Burst of queries to the API server, events excluded.")
-	fs.Float64Var(&o.EventQPS, "event-qps", 10, "Events per second written to the API server, on a rate limit of their own.")
+	fs.Float64Var(&o.EventQPS, "event-qps", 10, "Events per second written to the API server, on a rate limit of their own; events also take the --kube-api-qps tokens no other request waits for, while half of --kube-api-burst stays.")
 	fs.IntVar(&o.EventBurst, "event-burst", 50, "Burst of events written to the API server.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Run only while holding the leader Lease, so that several replicas can run.")
 	fs.BoolVar(&o.Controller.Shadow, "shadow", false,

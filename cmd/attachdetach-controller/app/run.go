@@ -56,7 +56,9 @@ func Run(ctx context.Context, o *Options) error {
 	// One rate limit (--kube-api-qps/--kube-api-burst) for the controller's
 	// requests, with node status writes served first; events and leader election
 	// have limits of their own, so that neither a burst of events nor a backlog of
-	// attaches can delay a detach or a lease renewal.
+	// attaches can delay a detach or a lease renewal. Events also take the tokens
+	// of the shared limit that no request waits for, beyond half its burst: after
+	// a burst of attaches their SuccessfulAttachVolume events go at the shared rate.
 	limiter := ratelimit.NewPriority(ctx, float32(o.KubeAPIQPS), o.KubeAPIBurst)
 	client, err := newClient(base, "api", limiter.Low())
 	if err != nil {
@@ -66,7 +68,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	eventClient, err := newClient(base, "events", flowcontrol.NewTokenBucketRateLimiter(float32(o.EventQPS), o.EventBurst))
+	eventClient, err := newClient(base, "events", limiter.SpareOr(float32(o.EventQPS), o.EventBurst))
 	if err != nil {
 		return err
 	}
