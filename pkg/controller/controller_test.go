@@ -412,6 +412,39 @@ func TestWaitForCurrentInformers(t *testing.T) {
 	}
 }
 
+// TestStartupCheckListsOnlyWhatIsStillBehind: a check that passed is not run
+// again while another waits for its informer.
+func TestStartupCheckListsOnlyWhatIsStillBehind(t *testing.T) {
+	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
+	c := newTestController(t, node("node-a", nil, nil), pod)
+	addToInformers(t, c, node("node-a", nil, nil))
+	client := c.client.(*fake.Clientset)
+	lists := func(resource string) int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == resource {
+				n++
+			}
+		}
+		return n
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.waitForCurrentInformers(t.Context()) }()
+	for lists("pods") < 3 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	addToInformers(t, c, pod)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := lists("nodes"); n != 1 {
+		t.Errorf("nodes listed %d times, want once: the check passed the first time", n)
+	}
+	if n := lists("volumeattachments"); n != 1 {
+		t.Errorf("VolumeAttachments listed %d times, want once", n)
+	}
+}
+
 // created tells whether the controller has asked to create the VolumeAttachment.
 func created(c *Controller, name string) bool {
 	for _, a := range c.client.(*fake.Clientset).Actions() {

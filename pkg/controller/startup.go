@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,38 +32,50 @@ import (
 // leader may have deleted a VolumeAttachment and created it again, and an
 // informer that holds the old one shows its deletion before the new one, a
 // moment in which the volume looks free.
+//
+// The three checks run side by side, and one that passed is not run again: an
+// informer never goes back to an older state, so what a quorum read proved
+// after the controller began to lead stays proven.
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	pending := []informerCheck{
+		{kind: "VolumeAttachment", listed: "VolumeAttachments", behindKey: "attachmentsBehind", behind: c.attachmentsBehind},
+		{kind: "Node", listed: "nodes", behindKey: "nodesBehind", behind: c.nodesBehind},
+		{kind: "Pod", listed: "pods", behindKey: "podsBehind", behind: c.podsBehind},
+	}
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		behind, err := c.attachmentsBehind(ctx)
-		if err != nil {
-			logger.Error(err, "Listing VolumeAttachments to check the informer is current; retrying")
-			return false, nil
+		current := make([]bool, len(pending))
+		var wg sync.WaitGroup
+		for i, check := range pending {
+			wg.Go(func() {
+				behind, err := check.behind(ctx)
+				switch {
+				case err != nil:
+					logger.Error(err, "Listing "+check.listed+" to check the informer is current; retrying")
+				case behind > 0:
+					logger.Info(check.kind+" informer is behind the API server; waiting", check.behindKey, behind)
+				default:
+					current[i] = true
+				}
+			})
 		}
-		if behind > 0 {
-			logger.Info("VolumeAttachment informer is behind the API server; waiting", "attachmentsBehind", behind)
-			return false, nil
+		wg.Wait()
+		still := pending[:0]
+		for i, check := range pending {
+			if !current[i] {
+				still = append(still, check)
+			}
 		}
-		behind, err = c.nodesBehind(ctx)
-		if err != nil {
-			logger.Error(err, "Listing nodes to check the informer is current; retrying")
-			return false, nil
-		}
-		if behind > 0 {
-			logger.Info("Node informer is behind the API server; waiting", "nodesBehind", behind)
-			return false, nil
-		}
-		behind, err = c.podsBehind(ctx)
-		if err != nil {
-			logger.Error(err, "Listing pods to check the informer is current; retrying")
-			return false, nil
-		}
-		if behind > 0 {
-			logger.Info("Pod informer is behind the API server; waiting", "podsBehind", behind)
-			return false, nil
-		}
-		return true, nil
+		pending = still
+		return len(pending) == 0, nil
 	})
+}
+
+// informerCheck is one informer's start-up check: behind counts what the
+// informer lacks against a quorum read.
+type informerCheck struct {
+	kind, listed, behindKey string
+	behind                  func(context.Context) (int, error)
 }
 
 // attachmentsBehind counts the VolumeAttachments that the informer does not
