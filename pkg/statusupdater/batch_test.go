@@ -20,19 +20,21 @@ import (
 
 func TestBatchWindow(t *testing.T) {
 	tests := []struct {
-		name    string
-		backlog time.Duration
-		want    time.Duration
+		name              string
+		backlog, response time.Duration
+		want              time.Duration
 	}{
-		{name: "nothing queued: at once", backlog: 0, want: 0},
-		{name: "one request queued at 200 QPS: no fixed minimum", backlog: 5 * time.Millisecond, want: 5 * time.Millisecond},
-		{name: "queue of 3 s", backlog: 3 * time.Second, want: 3 * time.Second},
+		{name: "nothing queued, quick server: at once", want: 0},
+		{name: "one request queued at 200 QPS: no fixed minimum", backlog: 5 * time.Millisecond, response: 2 * time.Millisecond, want: 5 * time.Millisecond},
+		{name: "queue of 3 s", backlog: 3 * time.Second, response: 20 * time.Millisecond, want: 3 * time.Second},
+		{name: "nothing queued, slow server: its response time", response: 800 * time.Millisecond, want: 800 * time.Millisecond},
 		{name: "queue longer than the limit", backlog: 2 * time.Hour, want: time.Minute},
+		{name: "server slower than the limit", response: 2 * time.Minute, want: time.Minute},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := statusupdater.BatchWindow(tc.backlog); got != tc.want {
-				t.Errorf("BatchWindow(%s) = %s, want %s", tc.backlog, got, tc.want)
+			if got := statusupdater.BatchWindow(tc.backlog, tc.response); got != tc.want {
+				t.Errorf("BatchWindow(%s, %s) = %s, want %s", tc.backlog, tc.response, got, tc.want)
 			}
 		})
 	}
@@ -99,6 +101,41 @@ func TestEnqueueWritesAfterTheBacklog(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestASlowServerGetsFewerLargerWrites: once the API server took 400 ms to
+// answer a status write, the node's next write waits that long for more
+// changes, though nothing is queued for the rate limit.
+func TestASlowServerGetsFewerLargerWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const slow = 400 * time.Millisecond
+		h := newHarnessWithBacklog(t, fixedBacklog(0), managedNode("1"), managedNode("1"))
+		h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+			time.Sleep(slow)
+			return false, nil, nil
+		})
+		times := h.patchTimes()
+		h.attach(volA, true)
+		h.updater.Enqueue(nodeName)
+		time.Sleep(slow + time.Millisecond)
+		synctest.Wait()
+		h.attach(volB, true)
+		h.updater.Enqueue(nodeName)
+		time.Sleep(slow / 2)
+		synctest.Wait()
+		h.attach(volC, true)
+		h.updater.Enqueue(nodeName)
+		time.Sleep(2 * slow)
+		synctest.Wait()
+		got := times()
+		if len(got) != 2 || got[0] != 0 || got[1] != slow+time.Millisecond+slow {
+			t.Fatalf("patches sent at %v, want 2: at once, then %s after the second change", got, slow)
+		}
+		patches := h.patches(t)
+		if got := patchedList(t, patches[1]); !slices.Equal(got, []v1.AttachedVolume{csiEntry(volA), csiEntry(volB), csiEntry(volC)}) {
+			t.Errorf("second patch lists %v, want the three volumes", got)
+		}
+	})
 }
 
 // TestConfirmSharesTheBatchedWrite: detaches from one node confirm with the

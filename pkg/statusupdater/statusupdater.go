@@ -53,6 +53,10 @@ type Updater struct {
 	// waiting holds, by node, the confirmations asked for that no write has
 	// answered yet.
 	waiting map[string][]*confirmation
+	// response is how long the API server took to answer the recent status
+	// writes, a moving average from the first one (answered).
+	response time.Duration
+	answered bool
 }
 
 // nodeRecord serialises the writes for one node. It remembers the last list
@@ -117,10 +121,13 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 
 // A node's write waits for more changes to the same node, so that volumes attached
 // or detached together are reported in one patch, for as long as the requests now
-// queued for the client's rate limit take to be served (at most maxBatchWindow).
-// With nothing queued, it is written at once. Node status writes jump that queue,
-// so when the rate limit is the bottleneck they are few and large and leave the
-// budget to the VolumeAttachment creates and deletes.
+// queued for the client's rate limit take to be served, or as the API server took
+// to answer the recent status writes, whichever is longer (at most
+// maxBatchWindow). With nothing queued and a quick server, it is written at once.
+// Node status writes jump that queue, so when the rate limit is the bottleneck
+// they are few and large and leave the budget to the VolumeAttachment creates and
+// deletes; when the server is slow, the changes that come while one write would be
+// on its way go in that write, not in one right after it.
 //
 // A change that reports an attachment joins the window the node already has:
 // kubelet waits for it. A detach may push the window back to the end of the
@@ -130,10 +137,15 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 const maxBatchWindow = time.Minute
 
 // BatchWindow is how long a node's write waits for more changes to the node when
-// the requests now queued for the client's rate limit take backlog to be served.
-func BatchWindow(backlog time.Duration) time.Duration {
-	return min(max(backlog, 0), maxBatchWindow)
+// the requests now queued for the client's rate limit take backlog to be served
+// and the API server answers status writes in response.
+func BatchWindow(backlog, response time.Duration) time.Duration {
+	return min(max(backlog, response, 0), maxBatchWindow)
 }
+
+// responseWeight is the weight of the latest status write in the recent response
+// time: about the last ten count.
+const responseWeight = 0.1
 
 // window is when a node's pending write opened and when it is due.
 type window struct {
@@ -155,10 +167,11 @@ func (u *Updater) schedule(node string, detach bool) {
 		// An attachment joins the window the node has.
 		return
 	}
-	var wait time.Duration
+	var backlog time.Duration
 	if u.backlog != nil {
-		wait = BatchWindow(u.backlog())
+		backlog = u.backlog()
 	}
+	wait := BatchWindow(backlog, u.response)
 	now := time.Now()
 	switch {
 	case !ok:
@@ -404,7 +417,9 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 		return nil, fmt.Errorf("not patching status.volumesAttached of node %s: %w", base.Name, err)
 	}
 	defer cancel()
+	sent := time.Now()
 	patched, err := u.client.CoreV1().Nodes().Patch(wctx, base.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+	u.answeredIn(time.Since(sent))
 	if apierrors.IsNotFound(err) {
 		u.metrics.NodeStatusPatches.WithLabelValues(metrics.PatchNodeGone).Inc()
 		return nil, nil
@@ -425,6 +440,17 @@ func (u *Updater) patch(ctx context.Context, r *nodeRecord, base *v1.Node, want 
 	}
 	r.written = want
 	return patched, nil
+}
+
+// answeredIn adds the time one status write took to the recent response time.
+func (u *Updater) answeredIn(took time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.answered {
+		u.response, u.answered = took, true
+		return
+	}
+	u.response += time.Duration(responseWeight * float64(took-u.response))
 }
 
 // desiredList is the volumes the actual state reports, sorted, after the entries
