@@ -23,7 +23,9 @@
 //     listing begins and when a kubelet's chance to mount begins. The other node
 //     does not count once a write of it took the volume out of its
 //     volumesAttached (rule 2 judges that), nor while rule 2's force conditions
-//     hold there, nor once its Node object, the only record of the attachment,
-//     was deleted before the running controller was ready, the volume not listed
-//     there since.
+//     hold there, nor once a listing elsewhere began while they held (its mount
+//     is then the forced detach's accepted risk, also after the node is Ready or
+//     needs the volume again), nor once its Node object, the only record of the
+//     attachment, was deleted before the running controller was ready, the
+//     volume not listed there since.
 package safetyrules

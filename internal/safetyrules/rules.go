@@ -112,6 +112,19 @@ func (s *Snapshot) ListingBegan(v Volume, node, when string) []Violation {
 	return out
 }
 
+// ReleasedByForce returns the other nodes whose kubelet may have v mounted and
+// whose claim a listing of v on node gives up, as rule 2's force conditions hold
+// there: a forced detach, which the checker records (ForceReleased).
+func (s *Snapshot) ReleasedByForce(v Volume, node string) []string {
+	var out []string
+	for _, other := range slices.Sorted(maps.Keys(s.Nodes)) {
+		if other != node && s.mayHaveMounted(other, v.Name) && !s.released(other, v.Name) && s.ForceDetachAllowed(other, v.Name) {
+			out = append(out, other)
+		}
+	}
+	return out
+}
+
 // MountChanceBegan judges rule 3 when kubelet on a node may begin to mount v, a
 // single-attach iSCSI or Fibre Channel volume: one violation for each other node
 // whose volumesAttached lists it (listers).

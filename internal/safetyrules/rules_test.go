@@ -26,6 +26,7 @@ func snapshot(change func(s *Snapshot)) *Snapshot {
 		MayMount:      map[NodeVolume]bool{},
 		LastListed:    map[NodeVolume]time.Time{},
 		LastRemoved:   map[NodeVolume]time.Time{},
+		ForceReleased: map[NodeVolume]time.Time{},
 	}
 	if change != nil {
 		change(s)
@@ -182,6 +183,12 @@ func TestRule3ASingleAttachVolumeIsNeverListedOnANodeWhileAnotherMayHaveItMounte
 			s.LastListed[onA], s.LastRemoved[onA] = now.Add(-time.Minute), now.Add(-time.Minute)
 		}},
 		{name: "force conditions hold on the other node", change: func(s *Snapshot) { s.Nodes["node-a"].OutOfService = true }},
+		{name: "released by force at an earlier listing, the other node back and in need", change: func(s *Snapshot) {
+			s.LastListed[onA], s.ForceReleased[onA], s.Needed[onA] = now.Add(-time.Minute), now.Add(-30*time.Second), true
+		}},
+		{name: "listed again on the other node since its release by force", change: func(s *Snapshot) {
+			s.LastListed[onA], s.ForceReleased[onA] = now.Add(-10*time.Second), now.Add(-30*time.Second)
+		}, want: []string{listedOnB + "Ready=true out-of-service=false (by controller)"}},
 		{name: "the other node's record lost before the controller was ready", change: func(s *Snapshot) {
 			s.LastListed[onA], s.ControllerReady = now.Add(-3*time.Minute), now.Add(-time.Minute)
 			s.Nodes["node-a"].Deletions = []time.Time{now.Add(-2 * time.Minute)}
@@ -200,6 +207,31 @@ func TestRule3ASingleAttachVolumeIsNeverListedOnANodeWhileAnotherMayHaveItMounte
 		t.Run(tc.name, func(t *testing.T) {
 			if got := strs(snapshot(tc.change).ListingBegan(v, "node-b", "by controller")); !slices.Equal(got, tc.want) {
 				t.Errorf("violations %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReleasedByForce: a listing elsewhere releases the nodes whose kubelet may
+// have the volume mounted only while rule 2's force conditions hold there.
+func TestReleasedByForce(t *testing.T) {
+	v := Volume{Ref: "PV pv-0", Name: vol, SingleAttach: true}
+	tests := []struct {
+		name   string
+		change func(s *Snapshot)
+		want   []string
+	}{
+		{name: "the other node healthy"},
+		{name: "the other node out of service", change: func(s *Snapshot) { s.Nodes["node-a"].OutOfService = true }, want: []string{"node-a"}},
+		{name: "the other node out of service, released by a write already", change: func(s *Snapshot) {
+			s.Nodes["node-a"].OutOfService = true
+			s.LastListed[onA], s.LastRemoved[onA] = now.Add(-time.Minute), now.Add(-time.Minute)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := snapshot(tc.change).ReleasedByForce(v, "node-b"); !slices.Equal(got, tc.want) {
+				t.Errorf("ReleasedByForce = %q, want %q", got, tc.want)
 			}
 		})
 	}

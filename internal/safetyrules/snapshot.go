@@ -65,6 +65,10 @@ type Snapshot struct {
 	// LastListed is when a write of a node last left a volume listed in its
 	// volumesAttached, LastRemoved when a write of the node took it out.
 	LastListed, LastRemoved map[NodeVolume]time.Time
+	// ForceReleased is when a listing of a volume on another node began while
+	// rule 2's force conditions held on a node whose kubelet may have had it
+	// mounted: from then on that mount is the forced detach's accepted risk.
+	ForceReleased map[NodeVolume]time.Time
 }
 
 // SingleAttach tells whether access modes allow attaching to one node only.
@@ -109,11 +113,13 @@ func (s *Snapshot) mayHaveMounted(node, volume string) bool {
 }
 
 // released tells whether the last change to the node's listing of the volume
-// was a write of the node that took it out.
+// was a write of the node that took it out, or a listing elsewhere that the
+// force conditions on the node allowed.
 func (s *Snapshot) released(node, volume string) bool {
 	nv := NodeVolume{Node: node, Volume: volume}
 	removed, ok := s.LastRemoved[nv]
-	return ok && !removed.Before(s.LastListed[nv])
+	forced, forcedOK := s.ForceReleased[nv]
+	return ok && !removed.Before(s.LastListed[nv]) || forcedOK && !forced.Before(s.LastListed[nv])
 }
 
 // recordLost tells whether the only record of a node-status attachment of the

@@ -39,6 +39,7 @@ func New(settings safetyrules.Settings, mounts *sim.Mounts, report func(string))
 		Needed:   map[safetyrules.NodeVolume]bool{}, UnneededSince: map[safetyrules.NodeVolume]time.Time{},
 		Mounted:  mounts.Mounted,
 		MayMount: map[safetyrules.NodeVolume]bool{}, LastListed: map[safetyrules.NodeVolume]time.Time{}, LastRemoved: map[safetyrules.NodeVolume]time.Time{},
+		ForceReleased: map[safetyrules.NodeVolume]time.Time{},
 	}}
 }
 
@@ -215,6 +216,9 @@ func (c *Checker) checkNodeStatus(r fakeapi.Reader, w fakeapi.Write) {
 	for _, v := range slices.Sorted(maps.Keys(single)) {
 		if listed[v] && !wasListed[v] {
 			c.violateAll(c.snap.ListingBegan(single[v], name, by(w))...)
+			for _, other := range c.snap.ReleasedByForce(single[v], name) {
+				c.snap.ForceReleased[safetyrules.NodeVolume{Node: other, Volume: v}] = now
+			}
 		}
 		if !began[v] {
 			continue

@@ -158,6 +158,10 @@ type Controller struct {
 	// attachmentWatches records the lapses of the VolumeAttachment informer
 	// (see relist.go).
 	attachmentWatches *watchrecord.Lapses
+	// lead is what the VolumeAttachment informer's record of quorum reads
+	// returned when the controller was made: its process leads from then on, so
+	// a quorum read sent since shows every write of an earlier leader.
+	lead uint64
 	// attachments records VolumeAttachments in the actual state.
 	attachments *attachments.Recorder
 	// nodesMu keeps the node event handlers out while the periodic pass
@@ -181,7 +185,7 @@ type Clients struct {
 }
 
 // New builds a controller on the factory's informers, which may already run
-// (StartInformers). It writes nothing before Run.
+// (StartInformers). It writes nothing before Run. Call it once the process leads.
 func New(clients Clients, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
 	client := clients.API
 	if err := opts.Validate(); err != nil {
@@ -202,6 +206,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		metrics:   m,
 
 		attachmentWatches: inf.attachmentWatches,
+		lead:              inf.attachmentReads.Lead(),
 		deletedNodes:      newDeletedNodesQueue(),
 		backoffExpiry:     backoffExpiryPeriod,
 	}

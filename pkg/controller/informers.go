@@ -29,8 +29,10 @@ type informerSet struct {
 	drivers     storageinformers.CSIDriverInformer
 	csiNodes    storageinformers.CSINodeInformer
 	attachments storageinformers.VolumeAttachmentInformer
-	// attachmentWatches records the lapses of the attachments informer.
+	// attachmentWatches records the lapses of the attachments informer, and
+	// attachmentReads its quorum reads.
 	attachmentWatches *watchrecord.Lapses
+	attachmentReads   *watchrecord.Reads
 	// podGaps records the gaps in what the pod informer shows.
 	podGaps *watchrecord.Gaps
 }
@@ -50,7 +52,7 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 	// The VolumeAttachment and pod informers are made first, with the records
 	// of their watches.
-	lapses, err := watchrecord.AttachmentLapses(f)
+	lapses, reads, err := watchrecord.AttachmentLapses(f)
 	if err != nil {
 		return informerSet{}, err
 	}
@@ -68,6 +70,7 @@ func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 		csiNodes:          f.Storage().V1().CSINodes(),
 		attachments:       f.Storage().V1().VolumeAttachments(),
 		attachmentWatches: lapses,
+		attachmentReads:   reads,
 	}
 	// The index is added once per informer: StartInformers may have added it.
 	pods := s.pods.Informer()

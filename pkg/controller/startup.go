@@ -67,7 +67,11 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 			}
 		}
 		pending = still
-		return len(pending) == 0, nil
+		if len(pending) > 0 {
+			return false, nil
+		}
+		c.informers.attachmentReads.Drop()
+		return true, nil
 	})
 }
 
@@ -80,15 +84,32 @@ type informerCheck struct {
 
 // attachmentsBehind counts the VolumeAttachments that the informer does not
 // hold, or holds as another object of the same name, or at a version older than
-// the one listed. An object the informer still holds after its deletion only
-// makes the controller more careful until the informer shows the deletion.
+// the one a quorum read returned. The read is the informer's own list if it was a
+// quorum read sent since the controller leads (see package watchrecord) and the
+// informer holds all it returned; otherwise, as when an object it returned was
+// deleted since, a list of its own. An object the informer still holds after its
+// deletion only makes the controller more careful until the informer shows the
+// deletion.
 func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	behind := 0
-	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
-		held, err := c.informers.attachments.Lister().Get(listed.Name)
-		if err != nil || held.UID != listed.UID || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
+	count := func(name string, uid types.UID, version string) {
+		held, err := c.informers.attachments.Lister().Get(name)
+		if err != nil || held.UID != uid || !atLeastVersion(held.ResourceVersion, version) {
 			behind++
 		}
+	}
+	if read, ok := c.informers.attachmentReads.SentSince(c.lead); ok {
+		for name, v := range read.Objects {
+			count(name, v.UID, v.ResourceVersion)
+		}
+		if behind == 0 {
+			klog.FromContext(ctx).V(2).Info("The VolumeAttachment informer's own list was a quorum read sent since this controller leads: no second list", "volumeAttachments", len(read.Objects))
+			return 0, nil
+		}
+		behind = 0
+	}
+	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
+		count(listed.Name, listed.UID, listed.ResourceVersion)
 	})
 	return behind, err
 }

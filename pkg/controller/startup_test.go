@@ -14,10 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
@@ -386,6 +389,68 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 			if !ok || held.UID != tc.current.UID || held.Deleting != wantDeleting {
 				t.Errorf("at the first decision the controller holds UID %q deleting %t (recorded: %t), want the object as the API server has it: UID %q deleting %t",
 					held.UID, held.Deleting, ok, tc.current.UID, wantDeleting)
+			}
+		})
+	}
+}
+
+// TestStartUpTakesTheInformersOwnListAsProof: the VolumeAttachment informer's
+// own list proves it current when it was a quorum read sent once the controller
+// led; a list sent before (a standby's), or one that returned an object deleted
+// since, needs a quorum list of the controller's own.
+func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
+	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	tests := []struct {
+		name string
+		// standby: the informers listed before the controller was made.
+		standby bool
+		// deletedSince: the object the informer listed is deleted before the check.
+		deletedSince bool
+		wantLists    int
+	}{
+		{name: "informer listed once the controller led", wantLists: 1},
+		{name: "informer listed before, as a standby's", standby: true, wantLists: 2},
+		{name: "an object of its list deleted since", deletedSince: true, wantLists: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			client := fake.NewClientset(va)
+			factory := informers.NewSharedInformerFactory(client, 0)
+			if tc.standby {
+				if err := StartInformers(ctx, factory); err != nil {
+					t.Fatal(err)
+				}
+				factory.WaitForCacheSync(ctx.Done())
+			}
+			c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(factory.Shutdown)
+			factory.Start(ctx.Done())
+			factory.WaitForCacheSync(ctx.Done())
+			if tc.deletedSince {
+				if err := client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				for _, err := c.informers.attachments.Lister().Get(va.Name); err == nil; _, err = c.informers.attachments.Lister().Get(va.Name) {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := c.waitForCurrentInformers(waitCtx); err != nil {
+				t.Fatal(err)
+			}
+			lists := 0
+			for _, a := range client.Actions() {
+				if a.GetVerb() == "list" && a.GetResource().Resource == "volumeattachments" {
+					lists++
+				}
+			}
+			if lists != tc.wantLists {
+				t.Errorf("VolumeAttachments listed %d times, want %d", lists, tc.wantLists)
 			}
 		})
 	}

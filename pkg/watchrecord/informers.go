@@ -15,10 +15,12 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// lapsesInformer is an informer with the record of its lapses.
+// lapsesInformer is an informer with the record of its lapses and of its quorum
+// reads.
 type lapsesInformer struct {
 	toolscache.SharedIndexInformer
 	lapses *Lapses
+	reads  *Reads
 }
 
 // gapsInformer is an informer with the record of its gaps.
@@ -28,14 +30,14 @@ type gapsInformer struct {
 }
 
 // AttachmentLapses makes the factory's VolumeAttachment informer record its
-// lapses, and returns the record. It fails if the factory made that informer
-// already without one.
-func AttachmentLapses(f informers.SharedInformerFactory) (*Lapses, error) {
+// lapses and its quorum reads, and returns the records. It fails if the factory
+// made that informer already without them.
+func AttachmentLapses(f informers.SharedInformerFactory) (*Lapses, *Reads, error) {
 	recorded, ok := f.InformerFor(&storagev1.VolumeAttachment{}, newAttachmentInformer).(*lapsesInformer)
 	if !ok {
-		return nil, fmt.Errorf("the factory's VolumeAttachment informer was made before the controller's: its watches cannot be followed")
+		return nil, nil, fmt.Errorf("the factory's VolumeAttachment informer was made before the controller's: its watches cannot be followed")
 	}
-	return recorded.lapses, nil
+	return recorded.lapses, recorded.reads, nil
 }
 
 // PodGaps makes the factory's pod informer record its gaps, and returns the
@@ -48,30 +50,41 @@ func PodGaps(f informers.SharedInformerFactory) (*Gaps, error) {
 	return recorded.gaps, nil
 }
 
+// newAttachmentInformer makes the VolumeAttachment informer. Its first list, which
+// client-go asks of the API server's cache (resourceVersion 0), asks for the
+// present instead, so that a leader whose informer listed after it began to lead
+// needs no second list at start-up; the API server serves both from its cache.
 func newAttachmentInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
 	record := NewLapses()
+	reads := &Reads{}
 	vas := client.StorageV1().VolumeAttachments()
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			if opts.ResourceVersion == "0" {
+				opts.ResourceVersion = ""
+			}
+			reads.ListSent(opts)
 			list, err := vas.List(ctx, opts)
+			reads.Listed(list, err)
 			record.Listed(list, err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			initial := reads.initialEvents(opts)
 			w, err := vas.Watch(ctx, opts)
 			n := record.WatchStarted(err)
 			if err != nil {
 				return nil, err
 			}
 			// An end at shutdown is no lapse: nothing decides any more.
-			return newRecordedWatch(w, func(bool) {
+			return newRecordedWatch(w, initial, func(bool) {
 				if ctx.Err() == nil {
 					record.WatchEnded(n)
 				}
 			}), nil
 		},
 	}
-	return &lapsesInformer{SharedIndexInformer: newInformer(lw, client, &storagev1.VolumeAttachment{}, resync), lapses: record}
+	return &lapsesInformer{SharedIndexInformer: newInformer(lw, client, &storagev1.VolumeAttachment{}, resync), lapses: record, reads: reads}
 }
 
 func newPodInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
@@ -99,7 +112,7 @@ func newPodInformer(client kubernetes.Interface, resync time.Duration) toolscach
 			default:
 				gaps.Resumed()
 			}
-			return newRecordedWatch(w, func(errored bool) {
+			return newRecordedWatch(w, nil, func(errored bool) {
 				if errored && ctx.Err() == nil {
 					gaps.Failed()
 				}

@@ -6,8 +6,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// recordedWatch passes a watch's events on and tells its record when it ends:
-// at an error event (errored), or when its channel closes, whichever comes first.
+// recordedWatch passes a watch's events on, each first to each (unless nil), and
+// tells its record when it ends: at an error event (errored), or when its channel
+// closes, whichever comes first.
 type recordedWatch struct {
 	inner  watch.Interface
 	events chan watch.Event
@@ -15,7 +16,7 @@ type recordedWatch struct {
 	once   sync.Once
 }
 
-func newRecordedWatch(inner watch.Interface, ended func(errored bool)) *recordedWatch {
+func newRecordedWatch(inner watch.Interface, each func(watch.Event), ended func(errored bool)) *recordedWatch {
 	w := &recordedWatch{inner: inner, events: make(chan watch.Event), stop: make(chan struct{})}
 	go func() {
 		defer close(w.events)
@@ -24,6 +25,9 @@ func newRecordedWatch(inner watch.Interface, ended func(errored bool)) *recorded
 		for ev := range inner.ResultChan() {
 			if ev.Type == watch.Error {
 				endOnce.Do(func() { ended(true) })
+			}
+			if each != nil {
+				each(ev)
 			}
 			select {
 			case w.events <- ev:

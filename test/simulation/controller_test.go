@@ -69,16 +69,27 @@ func (cs *controllers) start() {
 	})
 	api := client.Interface()
 	factory := controller.NewInformerFactory(api)
-	c, err := controller.New(controller.Clients{API: api, NodeStatus: api}, factory, recorder{trace: cs.trace, who: name}, metrics.New(), cs.plan.opts)
-	if err != nil {
-		panic(fmt.Sprintf("simulation: controller.New: %v", err))
-	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), cs.trace.Logger(name, 4)))
+	// Half the incarnations start as a standby does, with informers that listed
+	// before the controller led: their lists prove nothing at start-up.
+	var standby time.Duration
+	if rng := cs.plan.rng("standby", id); rng.IntN(2) == 0 {
+		standby = time.Duration(rng.Int64N(int64(3 * time.Second)))
+		if err := controller.StartInformers(ctx, factory); err != nil {
+			panic(fmt.Sprintf("simulation: controller.StartInformers: %v", err))
+		}
+		cs.trace.Addf("%s: informers started %s before it leads, as a standby's", name, standby)
+	}
 	ctx = interleave.WithScheduler(ctx, newScheduler(cs.plan, id, ctx.Done()))
 	cs.current = &incarnation{id: id, client: client, cancel: cancel}
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {
-		err := c.Run(ctx, func() {
+		time.Sleep(standby)
+		c, err := controller.New(controller.Clients{API: api, NodeStatus: api}, factory, recorder{trace: cs.trace, who: name}, metrics.New(), cs.plan.opts)
+		if err != nil {
+			panic(fmt.Sprintf("simulation: controller.New: %v", err))
+		}
+		err = c.Run(ctx, func() {
 			cs.trace.Addf("%s: ready", name)
 			cs.checker.ControllerReady()
 		})

@@ -92,6 +92,13 @@ var regressionSeeds = []struct {
 	// waited for ever. Found by the soak; failed 9 of 500 runs before, 0 of 500
 	// after.
 	{"create of unknown outcome never read back without the periodic pass", 16881},
+	// The checker: an RWO iSCSI volume was force-detached from a deleted node
+	// whose kubelet kept it mounted, and listed on another; the node came back
+	// with a pod needing the volume, and the listing elsewhere, taken out and put
+	// back after a status write of unknown outcome, was judged anew as if the
+	// node had never been released. Found by the soak at 1b0e0cf; failed 3 of 40
+	// runs before the checker's fix, 0 of 60 after.
+	{"checker: a node released by force counted again once back", 10992},
 	// The VolumeAttachment informer's watch expired and it listed again only
 	// after its back-off, or its lists failed; another tool's copy made
 	// meanwhile held an RWO volume on one node while the controller attached it

@@ -99,15 +99,20 @@ func Run(ctx context.Context, o *Options) error {
 		defer stop()
 	}
 
-	// The informers run for the whole process, from before the election: a standby
-	// keeps its caches filled, so that a fail-over costs the lease's expiry and a
-	// rebuild from memory, not a list of every object (see docs/deploy.md).
+	// With leader election the informers run for the whole process, from before
+	// the election: a standby keeps its caches filled, so that a fail-over costs
+	// the lease's expiry and a rebuild from memory, not a list of every object (see
+	// docs/deploy.md). Without it the process leads from the start, and the
+	// controller starts them: their first lists, sent once it leads, then prove
+	// that they hold the present, with no second list.
 	factory := controller.NewInformerFactory(client)
 	informersCtx, stopInformers := context.WithCancel(ctx)
 	defer factory.Shutdown()
 	defer stopInformers()
-	if err := controller.StartInformers(informersCtx, factory); err != nil {
-		return err
+	if o.LeaderElect {
+		if err := controller.StartInformers(informersCtx, factory); err != nil {
+			return err
+		}
 	}
 
 	runController := func(ctx context.Context) error {
