@@ -14,8 +14,10 @@
 //     kept by a node deleted with it), or shut down with the cloud provider's
 //     taint where the controller honours it, or not Ready (or deleted) with no
 //     pod there needing the volume for MaxWait. A condition still counts for
-//     Grace after it ended, and the wait may count from up to Grace before the
-//     last pod went (a request, or the controller's view of pods, may lag).
+//     Grace after it ended (a pod that came less than Grace ago still lets a
+//     detach sent before it through), and the wait may count from up to Grace
+//     before the last pod went (a request, or the controller's view of pods,
+//     may lag).
 //  3. single-attach, by node status: a single-attach iSCSI or Fibre Channel
 //     volume is never listed in the volumesAttached of a node while kubelet on
 //     another may have it mounted (has it mounted, or lists it in volumesInUse

@@ -22,6 +22,7 @@ func snapshot(change func(s *Snapshot)) *Snapshot {
 		Nodes:         map[string]*NodeHealth{"node-a": {}, "node-b": {}},
 		Needed:        map[NodeVolume]bool{},
 		UnneededSince: map[NodeVolume]time.Time{},
+		NeededSince:   map[NodeVolume]time.Time{},
 		Mounted:       func(node, volume string) bool { return mounted[NodeVolume{Node: node, Volume: volume}] },
 		MayMount:      map[NodeVolume]bool{},
 		LastListed:    map[NodeVolume]time.Time{},
@@ -147,6 +148,18 @@ func TestRule2AVolumeIsNeverDetachedFromANodeThatHasItMountedUnlessForceConditio
 		{name: "Ready again within the grace, unneeded for the wait before", change: both(unneededFor(10*time.Minute), func(s *Snapshot) { s.Nodes["node-a"].HealthyAt = now.Add(-time.Second) })},
 		{name: "Ready again before the grace", change: both(unneededFor(10*time.Minute), func(s *Snapshot) { s.Nodes["node-a"].HealthyAt = now.Add(-2 * time.Second) }),
 			want: attachmentDeleted + readyUnneeded},
+		{name: "Ready again, then needed, both within the grace", change: both(unneededFor(10*time.Minute), func(s *Snapshot) {
+			s.Nodes["node-a"].HealthyAt, s.Needed[onA], s.NeededSince[onA] = now.Add(-time.Second), true, now.Add(-time.Second/2)
+		})},
+		{name: "not Ready, needed again within the grace", change: both(unhealthy, unneededFor(10*time.Minute), func(s *Snapshot) {
+			s.Nodes["node-a"].UnhealthyAt, s.Needed[onA], s.NeededSince[onA] = now.Add(-time.Minute), true, now.Add(-time.Second/2)
+		})},
+		{name: "not Ready, needed again before the grace", change: both(unhealthy, unneededFor(10*time.Minute), func(s *Snapshot) {
+			s.Nodes["node-a"].UnhealthyAt, s.Needed[onA], s.NeededSince[onA] = now.Add(-time.Minute), true, now.Add(-2*time.Second)
+		}), want: attachmentDeleted + notReady + ", volume still needed by a pod there (by controller)"},
+		{name: "needed within the grace, node not Ready only since", change: both(unhealthy, unneededFor(10*time.Minute), func(s *Snapshot) {
+			s.Nodes["node-a"].UnhealthyAt, s.Needed[onA], s.NeededSince[onA] = now.Add(-time.Second/4), true, now.Add(-time.Second/2)
+		}), want: attachmentDeleted + notReady + ", volume still needed by a pod there (by controller)"},
 		{name: "no pods seen, not Ready, no wait set", change: both(unhealthy, func(s *Snapshot) { s.Settings = Settings{}; s.Now = time.Time{} })},
 	}
 	for _, tc := range tests {

@@ -36,10 +36,11 @@ type NodeHealth struct {
 	OutOfService bool
 	// Shutdown: not Ready with the cloud provider's shutdown taint (or deleted so).
 	Shutdown bool
-	// HealthyAt is when it last became Ready again, TaintRemovedAt when it last
-	// lost the out-of-service taint, ShutdownEndedAt when Shutdown last ended
-	// (zero: never).
-	HealthyAt, TaintRemovedAt, ShutdownEndedAt time.Time
+	// HealthyAt is when it last became Ready again, UnhealthyAt when it last
+	// stopped being Ready or was deleted, TaintRemovedAt when it last lost the
+	// out-of-service taint, ShutdownEndedAt when Shutdown last ended (zero:
+	// never).
+	HealthyAt, UnhealthyAt, TaintRemovedAt, ShutdownEndedAt time.Time
 	// Deletions are the times its Node object was deleted, oldest first.
 	Deletions []time.Time
 }
@@ -53,9 +54,10 @@ type Snapshot struct {
 	// Nodes are every node seen, by name.
 	Nodes map[string]*NodeHealth
 	// Needed are the volumes pods that count need on each node; UnneededSince
-	// when a volume stopped being needed there (absent: never needed).
-	Needed        map[NodeVolume]bool
-	UnneededSince map[NodeVolume]time.Time
+	// when a volume last stopped being needed there (absent: never needed), and
+	// NeededSince when it last began to be.
+	Needed                     map[NodeVolume]bool
+	UnneededSince, NeededSince map[NodeVolume]time.Time
 	// Mounted tells whether kubelet on a node has a volume mounted.
 	Mounted func(node, volume string) bool
 	// MayMount holds the volumes each node's kubelet may mount by what its status
@@ -92,16 +94,32 @@ func (s *Snapshot) ForceDetachAllowed(node, volume string) bool {
 		return true
 	}
 	nv := NodeVolume{Node: node, Volume: volume}
-	if s.Needed[nv] || (s.Settings.NeverForce != nil && s.Settings.NeverForce(volume)) {
+	if s.Settings.NeverForce != nil && s.Settings.NeverForce(volume) {
 		return false
 	}
-	// The last instant the node was unhealthy, if within the grace.
-	last := s.Now
-	if !h.Unhealthy {
-		if h.HealthyAt.IsZero() || s.Now.Sub(h.HealthyAt) > grace {
+	// at is the last instant no pod needed the volume there, if within the
+	// grace: a detach sent before a pod came may be applied after.
+	at := s.Now
+	if s.Needed[nv] {
+		since, ok := s.NeededSince[nv]
+		if !ok || s.Now.Sub(since) > grace {
 			return false
 		}
+		at = since
+	}
+	// last is the last instant, no later than at, the node was unhealthy, if
+	// within the grace.
+	var last time.Time
+	switch {
+	case h.Unhealthy && !h.UnhealthyAt.After(at):
+		last = at
+	case !h.HealthyAt.IsZero() && s.Now.Sub(h.HealthyAt) <= grace:
 		last = h.HealthyAt
+		if at.Before(last) {
+			last = at
+		}
+	default:
+		return false
 	}
 	return last.Sub(s.UnneededSince[nv]) >= s.Settings.MaxWait-grace
 }

@@ -37,8 +37,9 @@ func New(settings safetyrules.Settings, mounts *sim.Mounts, report func(string))
 		Settings: settings,
 		Nodes:    map[string]*safetyrules.NodeHealth{},
 		Needed:   map[safetyrules.NodeVolume]bool{}, UnneededSince: map[safetyrules.NodeVolume]time.Time{},
-		Mounted:  mounts.Mounted,
-		MayMount: map[safetyrules.NodeVolume]bool{}, LastListed: map[safetyrules.NodeVolume]time.Time{}, LastRemoved: map[safetyrules.NodeVolume]time.Time{},
+		NeededSince: map[safetyrules.NodeVolume]time.Time{},
+		Mounted:     mounts.Mounted,
+		MayMount:    map[safetyrules.NodeVolume]bool{}, LastListed: map[safetyrules.NodeVolume]time.Time{}, LastRemoved: map[safetyrules.NodeVolume]time.Time{},
 		ForceReleased: map[safetyrules.NodeVolume]time.Time{},
 	}}
 }
@@ -97,7 +98,9 @@ func (c *Checker) updateNeeded(r fakeapi.Reader) {
 	needed := map[safetyrules.NodeVolume]bool{}
 	for nv := range simworld.Wanted(r) {
 		needed[nv] = true
-		delete(c.snap.UnneededSince, nv)
+		if !c.snap.Needed[nv] {
+			c.snap.NeededSince[nv] = c.snap.Now
+		}
 	}
 	for nv := range c.snap.Needed {
 		if !needed[nv] {
@@ -126,6 +129,9 @@ func (c *Checker) updateHealth(name string, obj any) {
 	}
 	if !unhealthy && h.Unhealthy {
 		h.HealthyAt = now
+	}
+	if unhealthy && !h.Unhealthy {
+		h.UnhealthyAt = now
 	}
 	if !oos && h.OutOfService {
 		h.TaintRemovedAt = now
