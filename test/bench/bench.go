@@ -20,9 +20,10 @@ type suite struct {
 	// Nodes is the number of simulated nodes; 0 for the rule nodesFor.
 	Nodes int
 	Idle  time.Duration
-	// Moves and Lease: see runConfig.
-	Moves int
-	Lease leaseTimings
+	// Moves, FailoverRuns and Lease: see runConfig.
+	Moves        int
+	FailoverRuns int
+	Lease        leaseTimings
 	// PhaseTimeout, AttacherWorkers, KubeletWorkers and Clients: see runConfig.
 	PhaseTimeout                             time.Duration
 	AttacherWorkers, KubeletWorkers, Clients int
@@ -61,6 +62,7 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 					Nodes:           s.nodesFor(volumes),
 					Idle:            s.Idle,
 					Moves:           s.Moves,
+					FailoverRuns:    s.FailoverRuns,
 					Lease:           s.Lease,
 					Progress:        s.Progress,
 					PhaseTimeout:    s.PhaseTimeout,
@@ -82,9 +84,9 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%s controller, %d volumes, QPS/burst %s: %w", kind, volumes, r, err)
 				}
-				fmt.Fprintf(s.Progress, "  done in %s: all in node status after %s, start-up %s, fail-over %s, all detached after %s\n",
-					time.Since(started).Round(time.Second), seconds(res.allInStatus), seconds(res.startupToVA), seconds(res.allMoved),
-					seconds(max(res.allVAsGone, res.allNodesEmpty)))
+				fmt.Fprintf(s.Progress, "  done in %s: all in node status after %s, fail-over %.1fs, hand-over %.1fs, start-up %s, all detached after %s\n",
+					time.Since(started).Round(time.Second), seconds(res.allInStatus), allMovedTime.median(res.failovers),
+					allMovedTime.median(res.handovers), seconds(res.startupToVA), seconds(max(res.allVAsGone, res.allNodesEmpty)))
 				results = append(results, res)
 			}
 		}

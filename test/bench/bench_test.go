@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -12,9 +13,9 @@ import (
 )
 
 // TestSmallRun runs the whole benchmark on a small workload so that the harness
-// keeps working: 50 volumes on 10 nodes, a short idle period, 10 pods moved with a
-// 3 s lease, one rate, both controllers, and draws its charts. Run with -v to see
-// the table.
+// keeps working: 50 volumes on 10 nodes, a short idle period, a fail-over and a
+// hand-over moving 10 pods each with a 3 s lease, one rate, both controllers, and
+// draws its charts. Run with -v to see the table.
 func TestSmallRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two control planes and both controllers")
@@ -26,6 +27,7 @@ func TestSmallRun(t *testing.T) {
 		Nodes:           10,
 		Idle:            3 * time.Second,
 		Moves:           10,
+		FailoverRuns:    1,
 		Lease:           leaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 		PhaseTimeout:    time.Minute,
 		AttacherWorkers: 16,
@@ -61,9 +63,24 @@ func TestSmallRun(t *testing.T) {
 		if r.peakRSS == 0 {
 			t.Errorf("%s controller: no peak RSS measured", r.cfg.Controller)
 		}
-		if r.moves != s.Moves || len(r.moveTimes) != s.Moves || r.allMoved <= 0 || r.newLeader <= 0 {
-			t.Errorf("%s controller: fail-over measured %d moves (%d times), all moved after %s, new leader after %s; want %d moves",
-				r.cfg.Controller, r.moves, len(r.moveTimes), r.allMoved, r.newLeader, s.Moves)
+		checkTakeovers(t, r, killLeader, r.failovers)
+		checkTakeovers(t, r, terminateLeader, r.handovers)
+		for _, h := range r.handovers {
+			if h.exited >= stopGracePeriod {
+				t.Errorf("%s controller: the leader took %s to exit after SIGTERM, it was killed after %s", r.cfg.Controller, h.exited, stopGracePeriod)
+			}
+			// This controller releases its Lease on SIGTERM; upstream's is reported,
+			// not checked (kube-controller-manager v1.37.1 exits at once unless the
+			// alpha gate ControllerManagerReleaseLeaderElectionLockOnExit is on).
+			if r.cfg.Controller == thisController && !h.released {
+				t.Errorf("%s controller: the leader did not release the Lease on SIGTERM", r.cfg.Controller)
+			}
+			// Upstream's leader dies on SIGTERM before it can move anything: the new
+			// leader makes every move. This controller's may make some before it
+			// stops, even all.
+			if _, ok := h.firstWriteAfter(); !ok && r.cfg.Controller == upstreamController {
+				t.Errorf("%s controller: no VolumeAttachment or node status write by the new leader after the hand-over", r.cfg.Controller)
+			}
 		}
 		if r.startupToVA <= 0 || r.startupToStatus < r.startupToVA {
 			t.Errorf("%s controller: start-up measured the probe's VolumeAttachment after %s and node status after %s",
@@ -82,6 +99,26 @@ func TestSmallRun(t *testing.T) {
 	}
 }
 
+// checkTakeovers checks that a take-over phase made one take-over per run, each
+// with every move timed, a new leader and, if the new leader wrote, its first write
+// after the signal.
+func checkTakeovers(t *testing.T, r *result, how leaderStop, takeovers []takeover) {
+	t.Helper()
+	if len(takeovers) != r.cfg.FailoverRuns || r.moves != r.cfg.Moves {
+		t.Errorf("%s controller: %s measured %d take-overs of %d moves, want %d of %d",
+			r.cfg.Controller, how.name, len(takeovers), r.moves, r.cfg.FailoverRuns, r.cfg.Moves)
+	}
+	for _, to := range takeovers {
+		if len(to.moveTimes) != r.moves || to.allMoved <= 0 || to.newLeader <= 0 || to.exited < 0 {
+			t.Errorf("%s controller: %s measured %d move times, all moved after %s, new leader after %s, leader exited after %s",
+				r.cfg.Controller, how.name, len(to.moveTimes), to.allMoved, to.newLeader, to.exited)
+		}
+		if d, ok := to.firstWriteAfter(); ok && d <= 0 {
+			t.Errorf("%s controller: %s measured the new leader's first write %s after the signal", r.cfg.Controller, how.name, d)
+		}
+	}
+}
+
 // TestResultsRoundTrip writes results.json and reads it back.
 func TestResultsRoundTrip(t *testing.T) {
 	want := &Results{
@@ -90,7 +127,8 @@ func TestResultsRoundTrip(t *testing.T) {
 		Runs: []RunResults{{
 			Controller: "this", Volumes: 2, Nodes: 10, QPS: 200, Burst: 300,
 			Attach:            AttachResults{PodToNodeStatusMs: []float64{12.5, 40}, AttachEventShare: 1},
-			Failover:          FailoverResults{Moves: 1, MoveMs: []float64{16000}},
+			Failover:          TakeoverResults{Moves: 1, Signal: "SIGKILL", MoveMs: []float64{16000}, Runs: []TakeoverRun{{NewLeaderSeconds: 15.5, MoveMs: []float64{16000}}}},
+			Handover:          TakeoverResults{Moves: 1, Signal: "SIGTERM", FirstWriteSeconds: new(2.5), Runs: []TakeoverRun{{LeaseReleased: true, FirstWriteSeconds: new(2.5)}}},
 			Requests:          map[string]map[string]int{"attach": {"create volumeattachments": 2}},
 			RequestsPerVolume: map[string]float64{"attach": 1},
 		}},
@@ -149,5 +187,98 @@ func TestParseLease(t *testing.T) {
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("parseLease(%q) = %v, %v; want %v, error %t", tc.in, got, err, tc.want, tc.wantErr)
 		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{in: []float64{3}, want: 3},
+		{in: []float64{15.2, 14.9, 17.1}, want: 15.2},
+		{in: []float64{4, 1, 3, 2}, want: 2.5},
+		{in: []float64{nan, 2, 9, nan, 4}, want: 4},
+	} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	for _, in := range [][]float64{nil, {nan, nan}} {
+		if got := median(in); !math.IsNaN(got) {
+			t.Errorf("median(%v) = %v, want NaN", in, got)
+		}
+	}
+}
+
+// TestFindFirstWrites takes the first attach or detach write of the controller's
+// user received since the new leader's acquireTime, whatever the order of the log.
+func TestFindFirstWrites(t *testing.T) {
+	const user = "bench-attachdetach-controller"
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s float64) time.Time { return base.Add(time.Duration(s * float64(time.Second))) }
+	events := []testenv.AuditEvent{
+		{User: user, Verb: "update", Resource: "leases", Received: at(2.1)},
+		{User: user, Verb: "delete", Resource: "volumeattachments", Received: at(4)},
+		{User: user, Verb: "patch", Resource: "nodes", Subresource: "status", Received: at(1.5)}, // the old leader's
+		{User: user, Verb: "create", Resource: "events", Received: at(2.2)},
+		{User: user, Verb: "get", Resource: "volumeattachments", Received: at(2.3)},
+		{User: user, Verb: "patch", Resource: "nodes", Received: at(2.4)},
+		{User: "admin", Verb: "create", Resource: "volumeattachments", Received: at(2.5)},
+		{User: user, Verb: "patch", Resource: "nodes", Subresource: "status", Received: at(3)},
+	}
+	takeovers := []takeover{
+		{signalled: at(0), acquired: at(2)},
+		{signalled: at(0), acquired: at(3.5)},
+		{signalled: at(0), acquired: at(5)},
+		{signalled: at(0)},
+	}
+	findFirstWrites(events, user, takeovers)
+	for i, want := range []time.Duration{3 * time.Second, 4 * time.Second, 0, 0} {
+		got, ok := takeovers[i].firstWriteAfter()
+		if got != want || ok != (want != 0) {
+			t.Errorf("take-over %d: first write after %s (%t), want %s", i, got, ok, want)
+		}
+	}
+}
+
+// TestTakeoverFigures gives a row per figure for one run; for three, a row per run
+// of the per-run figures and a median of every figure, "–" where not measured.
+func TestTakeoverFigures(t *testing.T) {
+	ts := []takeover{
+		{newLeader: 15 * time.Second, allMoved: 17 * time.Second, signalled: time.Unix(100, 0), firstWrite: time.Unix(116, 0)},
+		{newLeader: 14 * time.Second, allMoved: 18 * time.Second},
+		{newLeader: 16 * time.Second, allMoved: 16 * time.Second, signalled: time.Unix(100, 0), firstWrite: time.Unix(117, 0)},
+	}
+	r := &result{cfg: runConfig{Controller: thisController}, failovers: ts}
+	list := []takeoverFigure{
+		{"leader killed → other replica holds the Lease", true, newLeaderTime},
+		{"leader killed → new leader's first VolumeAttachment or node status write", true, takeover.firstWriteAfter},
+		{"other replica holds the Lease → every moved volume on its new node", false, leaseToAllMoved},
+	}
+	failovers := func(r *result) []takeover { return r.failovers }
+	var got []string
+	for _, f := range takeoverFigures("fail-over", 3, failovers, list) {
+		got = append(got, f.name+" = "+cell(f, r))
+	}
+	want := []string{
+		"fail-over: leader killed → other replica holds the Lease, run 1 (s) = 15.00",
+		"fail-over: leader killed → other replica holds the Lease, run 2 (s) = 14.00",
+		"fail-over: leader killed → other replica holds the Lease, run 3 (s) = 16.00",
+		"fail-over: leader killed → other replica holds the Lease, median of 3 (s) = 15.00",
+		"fail-over: leader killed → new leader's first VolumeAttachment or node status write, run 1 (s) = 16.00",
+		"fail-over: leader killed → new leader's first VolumeAttachment or node status write, run 2 (s) = –",
+		"fail-over: leader killed → new leader's first VolumeAttachment or node status write, run 3 (s) = 17.00",
+		"fail-over: leader killed → new leader's first VolumeAttachment or node status write, median of 3 (s) = 16.50",
+		"fail-over: other replica holds the Lease → every moved volume on its new node, median of 3 (s) = 2.00",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	one := takeoverFigures("fail-over", 1, failovers, list[:1])
+	r.failovers = ts[:1]
+	if len(one) != 1 || one[0].name != "fail-over: leader killed → other replica holds the Lease (s)" || cell(one[0], r) != "15.00" {
+		t.Errorf("one run: %d rows, first %q = %s", len(one), one[0].name, cell(one[0], r))
 	}
 }

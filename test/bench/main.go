@@ -17,6 +17,8 @@
 //     process's CPU time and peak RSS from /proc;
 //   - fail-over: two leader-elected replicas; the leader killed with SIGKILL at the
 //     moment some pods move to other nodes, until every move is done;
+//   - hand-over: the same with SIGTERM, as in a rolling update, until every move is
+//     done and the other replica leads;
 //   - start-up: the controller restarted while a pod with a new volume is created,
 //     until its VolumeAttachment exists and its volume is in node status;
 //   - churn: every pod deleted at once, until every VolumeAttachment is gone and
@@ -62,7 +64,7 @@ func mainErr() error {
 		volumes     = flag.String("volumes", "1000,10000", "Comma-separated workload sizes: volumes, one pod each.")
 		rates       = flag.String("rates", "200/300", "Comma-separated client QPS/burst settings, given to both controllers.")
 		controllers = flag.String("controllers", "this,upstream", "Comma-separated controllers to run, in order: this, upstream.")
-		lease       = flag.String("lease", "15s/10s/2s", "Leader election lease duration/renew deadline/retry period of both controllers in the fail-over phase.")
+		lease       = flag.String("lease", "15s/10s/2s", "Leader election lease duration/renew deadline/retry period of both controllers in the fail-over and hand-over phases.")
 		out         = flag.String("out", "", "Directory to write the tables ("+tablesFile+") and "+resultsFile+" to, besides printing the tables.")
 		s           = suite{Progress: os.Stderr}
 		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
@@ -72,8 +74,9 @@ func mainErr() error {
 	)
 	flag.IntVar(&s.Nodes, "nodes", 0, fmt.Sprintf("Simulated nodes; pods are spread over them round-robin. 0: one per ten volumes, at least %d.", minNodes))
 	flag.DurationVar(&s.Idle, "idle", 60*time.Second, "Idle period with every volume attached.")
-	flag.IntVar(&s.Moves, "moves", 100, "Pods moved to another node while the leader is killed in the fail-over phase.")
-	flag.DurationVar(&s.PhaseTimeout, "phase-timeout", 15*time.Minute, "Limit on the attach, fail-over and churn phases each.")
+	flag.IntVar(&s.Moves, "moves", 100, "Pods moved to another node while the leader is stopped, in each take-over of the fail-over and hand-over phases.")
+	flag.IntVar(&s.FailoverRuns, "failover-runs", 1, "Take-overs of the fail-over phase (leader killed with SIGKILL) and of the hand-over phase (SIGTERM) each; with more than 1 the tables give each run and the median.")
+	flag.DurationVar(&s.PhaseTimeout, "phase-timeout", 15*time.Minute, "Limit on the attach and churn phases each, and on each take-over's moves.")
 	flag.IntVar(&s.AttacherWorkers, "attacher-workers", 64, "VolumeAttachments the simulated external-attacher handles in parallel.")
 	flag.IntVar(&s.KubeletWorkers, "kubelet-workers", 16, "Nodes the kubelet simulator syncs in parallel.")
 	flag.IntVar(&s.Clients, "clients", 32, "Requests the load generator has in flight.")
@@ -111,6 +114,9 @@ func mainErr() error {
 	}
 	if s.Objects, err = parseObjects(*objectsFlag); err != nil {
 		return err
+	}
+	if s.FailoverRuns < 1 {
+		return fmt.Errorf("-failover-runs=%d: want at least 1", s.FailoverRuns)
 	}
 	if s.Nodes < 0 || s.Nodes == 1 {
 		return fmt.Errorf("-nodes=%d: the fail-over phase moves pods to another node, want at least 2 (or 0 for the rule)", s.Nodes)
@@ -182,8 +188,8 @@ func writeReport(w io.Writer, record *Results, rs results) {
 		(time.Duration(record.TookSeconds) * time.Second).Round(time.Second), record.Command)
 	fmt.Fprintf(w, "Machine: %s. This controller at %s; upstream kube-controller-manager %s.\n",
 		record.Machine, record.ThisCommit, record.UpstreamVersion)
-	fmt.Fprintf(w, "Workload: one pod per ReadWriteOnce CSI volume, %s objects, idle %s; fail-over: %d pods moved, lease duration/renew deadline/retry period %s for both.\n\n",
-		rs.suite.Objects, rs.suite.Idle, rs.suite.Moves, rs.suite.Lease)
+	fmt.Fprintf(w, "Workload: one pod per ReadWriteOnce CSI volume, %s objects, idle %s; fail-over (SIGKILL) and hand-over (SIGTERM): take-overs per phase %d, %d pods moved in each, lease duration/renew deadline/retry period %s for both.\n\n",
+		rs.suite.Objects, rs.suite.Idle, rs.suite.FailoverRuns, rs.suite.Moves, rs.suite.Lease)
 	rs.write(w)
 }
 

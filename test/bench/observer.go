@@ -20,8 +20,8 @@ import (
 // observer records, from watches in the benchmark process, when each volume's pod,
 // VolumeAttachment, status.attached and node status entry were first seen, when its
 // pod's SuccessfulAttachVolume event was, and when the last VolumeAttachment and the
-// last node status entry went away; which volumes each node's status lists now, and
-// who holds each Lease since when.
+// last node status entry went away; which volumes each node's status lists now, who
+// holds each Lease since when, and when each Lease was last released.
 //
 // Volumes are keyed by their claim's name, which their pod has too; their
 // PersistentVolume and volume handle are named <namespace>-<claim>
@@ -43,12 +43,15 @@ type observer struct {
 	vasGoneAt    time.Time                  // when liveVAs last became empty
 	nodesEmptyAt time.Time                  // when nonEmpty last dropped to 0
 	leases       map[string]holder          // namespace/name -> current holder of the Lease
+	releases     map[string]time.Time       // namespace/name -> when the Lease was last seen released
 }
 
-// holder is a Lease's holder and when the observer first saw it hold the Lease.
+// holder is a Lease's holder, when the observer first saw it hold the Lease, and the
+// spec.acquireTime it wrote: its own clock as it sent the write that took the Lease.
 type holder struct {
 	identity string
 	since    time.Time
+	acquired time.Time
 }
 
 // startObserver watches pods, events, VolumeAttachments and nodes until ctx ends, and
@@ -66,6 +69,7 @@ func startObserver(ctx context.Context, w *workload.Workload) (*observer, error)
 		liveVAs:      map[string]bool{},
 		nodeVolumes:  map[string]map[string]bool{},
 		leases:       map[string]holder{},
+		releases:     map[string]time.Time{},
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(w.Client, 0, informers.WithNamespace(w.Namespace))
 	clusterFactory := informers.NewSharedInformerFactory(w.Client, 0)
@@ -221,11 +225,19 @@ func (o *observer) onLease(obj any) {
 	if lease.Spec.HolderIdentity != nil {
 		identity = *lease.Spec.HolderIdentity
 	}
+	var acquired time.Time
+	if lease.Spec.AcquireTime != nil {
+		acquired = lease.Spec.AcquireTime.Time
+	}
 	key := lease.Namespace + "/" + lease.Name
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.leases[key].identity != identity {
-		o.leases[key] = holder{identity: identity, since: now}
+	if o.leases[key].identity == identity {
+		return
+	}
+	o.leases[key] = holder{identity: identity, since: now, acquired: acquired}
+	if identity == "" {
+		o.releases[key] = now
 	}
 }
 
@@ -235,6 +247,14 @@ func (o *observer) leaseHolder(key string) holder {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.leases[key]
+}
+
+// releasedSince tells whether the observer has seen the Lease namespace/name
+// released, its holder emptied as client-go's leader elector does on leaving, since t.
+func (o *observer) releasedSince(key string, t time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.releases[key].Before(t)
 }
 
 // moved tells whether a volume has left node from (its VolumeAttachment named

@@ -69,7 +69,7 @@ func (r *result) requestsPerVolume(phases ...phase) float64 {
 	return float64(n) / float64(r.cfg.Volumes)
 }
 
-// figure is one row of the main table.
+// figure is one row of the main table; its value is NaN where not measured.
 type figure struct {
 	name   string
 	format string
@@ -78,7 +78,17 @@ type figure struct {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-var figures = []figure{
+// figuresFor are the rows of the main table with runs take-overs per take-over
+// phase.
+func figuresFor(runs int) []figure {
+	out := slices.Clone(figuresBefore)
+	out = append(out, takeoverFigures("fail-over", runs, func(r *result) []takeover { return r.failovers }, failoverFigures)...)
+	out = append(out, takeoverFigures("hand-over", runs, func(r *result) []takeover { return r.handovers }, handoverFigures)...)
+	return append(out, figuresAfter...)
+}
+
+// figuresBefore are the rows before the take-overs'.
+var figuresBefore = []figure{
 	{"attach: all VolumeAttachments exist (s)", "%.2f", func(r *result) float64 { return r.allVAs.Seconds() }},
 	{"attach: all volumes in node status (s)", "%.2f", func(r *result) float64 { return r.allInStatus.Seconds() }},
 	{"attach: ideal floor, (VAs + one write per node − burst)/QPS (s)", "%.2f", func(r *result) float64 { return r.idealFloor().Seconds() }},
@@ -98,10 +108,10 @@ var figures = []figure{
 	{"steady: peak RSS (MiB)", "%.0f", func(r *result) float64 { return float64(r.peakRSS) / (1 << 20) }},
 	{"steady: API requests while idle", "%.0f", func(r *result) float64 { return float64(r.requests[idlePhase].Total()) }},
 	{"fail-over: lease duration (s)", "%.1f", func(r *result) float64 { return r.cfg.Lease.Duration.Seconds() }},
-	{"fail-over: leader killed → other replica holds the Lease (s)", "%.2f", func(r *result) float64 { return r.newLeader.Seconds() }},
-	{"fail-over: leader killed → every moved volume on its new node (s)", "%.2f", func(r *result) float64 { return r.allMoved.Seconds() }},
-	{"fail-over: other replica holds the Lease → every moved volume on its new node (s)", "%.2f", func(r *result) float64 { return (r.allMoved - r.newLeader).Seconds() }},
-	{"fail-over: leader killed → moved volume on its new node p50 (s)", "%.2f", func(r *result) float64 { return percentile(r.moveTimes, .5).Seconds() }},
+}
+
+// figuresAfter are the rows after the take-overs'.
+var figuresAfter = []figure{
 	{"start-up: process start → probe's VolumeAttachment (s)", "%.2f", func(r *result) float64 { return r.startupToVA.Seconds() }},
 	{"start-up: process start → probe in node status (s)", "%.2f", func(r *result) float64 { return r.startupToStatus.Seconds() }},
 	{"start-up: VolumeAttachments deleted", "%.0f", func(r *result) float64 { return float64(r.startupVADeletes) }},
@@ -115,6 +125,107 @@ var figures = []figure{
 	{"API requests per volume: attach + idle + churn", "%.2f", func(r *result) float64 {
 		return r.requestsPerVolume(attachPhase, idlePhase, churnPhase)
 	}},
+}
+
+// takeoverTime is a time of one take-over, false if it was not measured.
+type takeoverTime func(takeover) (time.Duration, bool)
+
+// takeoverFigure is a row, or a row per run, of a take-over phase.
+type takeoverFigure struct {
+	name string
+	// perRun figures get a row for each run when there are several; every figure
+	// gets a row with the median over the runs.
+	perRun bool
+	value  takeoverTime
+}
+
+func measured(f func(takeover) time.Duration) takeoverTime {
+	return func(t takeover) (time.Duration, bool) { return f(t), true }
+}
+
+var (
+	exitTime        = measured(func(t takeover) time.Duration { return t.exited })
+	newLeaderTime   = measured(func(t takeover) time.Duration { return t.newLeader })
+	allMovedTime    = measured(func(t takeover) time.Duration { return t.allMoved })
+	leaseToAllMoved = measured(func(t takeover) time.Duration { return t.allMoved - t.newLeader })
+	moveP50         = measured(func(t takeover) time.Duration { return percentile(t.moveTimes, .5) })
+)
+
+var failoverFigures = []takeoverFigure{
+	{"leader killed → other replica holds the Lease", true, newLeaderTime},
+	{"leader killed → new leader's first VolumeAttachment or node status write", true, takeover.firstWriteAfter},
+	{"leader killed → every moved volume on its new node", true, allMovedTime},
+	{"other replica holds the Lease → every moved volume on its new node", false, leaseToAllMoved},
+	{"leader killed → moved volume on its new node p50", false, moveP50},
+}
+
+var handoverFigures = []takeoverFigure{
+	{"leader sent SIGTERM → its process exited", false, exitTime},
+	{"leader sent SIGTERM → other replica holds the Lease", true, newLeaderTime},
+	{"leader sent SIGTERM → new leader's first VolumeAttachment or node status write", true, takeover.firstWriteAfter},
+	{"leader sent SIGTERM → every moved volume on its new node", true, allMovedTime},
+	{"other replica holds the Lease → every moved volume on its new node", false, leaseToAllMoved},
+	{"leader sent SIGTERM → moved volume on its new node p50", false, moveP50},
+}
+
+// takeoverFigures are the rows of a take-over phase, in seconds: with one run a
+// row per figure; with several, a row per run of the perRun figures and a row with
+// the median over the runs of every figure.
+func takeoverFigures(phase string, runs int, takeovers func(*result) []takeover, list []takeoverFigure) []figure {
+	var out []figure
+	for _, tf := range list {
+		if runs > 1 && tf.perRun {
+			for i := range runs {
+				out = append(out, figure{fmt.Sprintf("%s: %s, run %d (s)", phase, tf.name, i+1), "%.2f", func(r *result) float64 {
+					ts := takeovers(r)
+					if i >= len(ts) {
+						return math.NaN()
+					}
+					return tf.value.seconds(ts[i])
+				}})
+			}
+		}
+		name := fmt.Sprintf("%s: %s (s)", phase, tf.name)
+		if runs > 1 {
+			name = fmt.Sprintf("%s: %s, median of %d (s)", phase, tf.name, runs)
+		}
+		out = append(out, figure{name, "%.2f", func(r *result) float64 { return tf.value.median(takeovers(r)) }})
+	}
+	return out
+}
+
+// seconds is the time of a take-over in seconds, NaN if it was not measured.
+func (f takeoverTime) seconds(t takeover) float64 {
+	d, ok := f(t)
+	if !ok {
+		return math.NaN()
+	}
+	return d.Seconds()
+}
+
+// median is the time's median over the take-overs in seconds, NaN if none
+// measured it.
+func (f takeoverTime) median(takeovers []takeover) float64 {
+	values := make([]float64, len(takeovers))
+	for i, t := range takeovers {
+		values[i] = f.seconds(t)
+	}
+	return median(values)
+}
+
+// median is the middle of the values that are not NaN, the mean of the two middle
+// ones for an even count; NaN if there are none.
+func median(values []float64) float64 {
+	values = slices.DeleteFunc(slices.Clone(values), math.IsNaN)
+	if len(values) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(values)
+	n := len(values)
+	if n%2 == 1 {
+		return values[n/2]
+	}
+	return (values[n/2-1] + values[n/2]) / 2
 }
 
 // results indexes the results of a suite.
@@ -147,7 +258,7 @@ func (rs results) write(w io.Writer) {
 			header = append(header, "this "+r.String(), "upstream "+r.String(), "ratio")
 		}
 		t := newTable(header...)
-		for _, f := range figures {
+		for _, f := range figuresFor(rs.suite.FailoverRuns) {
 			row := []string{f.name}
 			for _, r := range rs.suite.Rates {
 				ours := rs.byKey[runKey{volumes, r, thisController}]
@@ -165,15 +276,16 @@ func (rs results) write(w io.Writer) {
 	}
 }
 
+// cell is a figure's value, "–" if it has none (NaN: not measured).
 func cell(f figure, r *result) string {
-	if r == nil {
+	if r == nil || math.IsNaN(f.value(r)) {
 		return "–"
 	}
 	return fmt.Sprintf(f.format, f.value(r))
 }
 
 func ratio(f figure, ours, theirs *result) string {
-	if ours == nil || theirs == nil || f.value(theirs) == 0 {
+	if ours == nil || theirs == nil || f.value(theirs) == 0 || math.IsNaN(f.value(ours)) || math.IsNaN(f.value(theirs)) {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f×", f.value(ours)/f.value(theirs))

@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -27,7 +29,7 @@ type Results struct {
 	ThisCommit      string `json:"thisCommit"`
 	UpstreamVersion string `json:"upstreamVersion"`
 	// Lease is the leader election timing both controllers get in the fail-over
-	// phase.
+	// and hand-over phases.
 	Lease LeaseTimings `json:"lease"`
 	// Runs are the runs in the order they ran: for each size and rate, this
 	// controller then upstream (as -controllers orders them).
@@ -35,7 +37,7 @@ type Results struct {
 }
 
 // LeaseTimings are the leader election flags of both controllers in the fail-over
-// phase.
+// and hand-over phases.
 type LeaseTimings struct {
 	DurationSeconds      float64 `json:"durationSeconds"`
 	RenewDeadlineSeconds float64 `json:"renewDeadlineSeconds"`
@@ -53,12 +55,13 @@ type RunResults struct {
 
 	Attach   AttachResults   `json:"attach"`
 	Steady   SteadyResults   `json:"steady"`
-	Failover FailoverResults `json:"failover"`
+	Failover TakeoverResults `json:"failover"`
+	Handover TakeoverResults `json:"handover"`
 	Startup  StartupResults  `json:"startup"`
 	Churn    ChurnResults    `json:"churn"`
 
 	// Requests are the controller's API requests in each phase ("attach", "idle",
-	// "failover", "startup", "churn"), by "verb resource[/subresource]" (e.g.
+	// "failover", "handover", "startup", "churn"), by "verb resource[/subresource]" (e.g.
 	// "patch nodes/status").
 	Requests map[string]map[string]int `json:"requests"`
 	// RequestsPerVolume is each phase's request total divided by Volumes, and under
@@ -98,18 +101,45 @@ type SteadyResults struct {
 	Requests     int   `json:"requests"`
 }
 
-// FailoverResults is two leader-elected replicas, every volume attached: pods moved
-// to other nodes at the moment the leader is killed with SIGKILL.
-type FailoverResults struct {
-	// Moves is the number of pods moved (deleted, and a pod with the same claim
-	// created on another node).
+// TakeoverResults is a take-over phase, the fail-over or the hand-over: two
+// leader-elected replicas, every volume attached, pods moved to other nodes at the
+// moment the leader is stopped with Signal, one take-over per entry of Runs
+// (-failover-runs). The times outside Runs are the medians of those in Runs, but
+// MoveMs, which pools every run's.
+type TakeoverResults struct {
+	// Moves is the number of pods each take-over moved (deleted, and a pod with the
+	// same claim created on the next node).
 	Moves int `json:"moves"`
-	// NewLeaderSeconds is SIGKILL → the Lease held by the other replica.
+	// Signal is "SIGKILL" in the fail-over phase, "SIGTERM" in the hand-over.
+	Signal            string   `json:"signal"`
+	NewLeaderSeconds  float64  `json:"newLeaderSeconds"`
+	FirstWriteSeconds *float64 `json:"firstWriteSeconds,omitempty"`
+	AllMovedSeconds   float64  `json:"allMovedSeconds"`
+	// MoveMs is each move's time from the signal to done, sorted ascending.
+	MoveMs []float64     `json:"moveMs"`
+	Runs   []TakeoverRun `json:"runs"`
+}
+
+// TakeoverRun is one take-over. Times run from the signal to the leader.
+type TakeoverRun struct {
+	// ExitSeconds is the signal → the leader's process exited.
+	ExitSeconds float64 `json:"exitSeconds"`
+	// LeaseReleased tells whether the leader released the Lease (emptied its
+	// holder) before the other replica took it.
+	LeaseReleased bool `json:"leaseReleased"`
+	// NewLeaderSeconds is the signal → the Lease seen held by the other replica.
 	NewLeaderSeconds float64 `json:"newLeaderSeconds"`
-	// AllMovedSeconds is SIGKILL → every moved volume's old VolumeAttachment gone,
-	// absent from its old node's status and in its new node's status.volumesAttached.
+	// FirstWriteSeconds is the signal → the new leader's first VolumeAttachment
+	// create or delete or node status write received by the API server: the first
+	// such request of the controller's user received at or after the
+	// spec.acquireTime the new leader wrote in the Lease. Absent if it made none
+	// (the old leader did every move before it stopped).
+	FirstWriteSeconds *float64 `json:"firstWriteSeconds,omitempty"`
+	// AllMovedSeconds is the signal → every moved volume's old VolumeAttachment
+	// gone, absent from its old node's status and in its new node's
+	// status.volumesAttached.
 	AllMovedSeconds float64 `json:"allMovedSeconds"`
-	// MoveMs is each move's time from SIGKILL to done, sorted ascending.
+	// MoveMs is each move's time from the signal to done, sorted ascending.
 	MoveMs []float64 `json:"moveMs"`
 }
 
@@ -203,12 +233,8 @@ func newRunResults(r *result) RunResults {
 			PeakRSSBytes: r.peakRSS,
 			Requests:     r.requests[idlePhase].Total(),
 		},
-		Failover: FailoverResults{
-			Moves:            r.moves,
-			NewLeaderSeconds: r.newLeader.Seconds(),
-			AllMovedSeconds:  r.allMoved.Seconds(),
-			MoveMs:           millis(r.moveTimes),
-		},
+		Failover: newTakeoverResults(r.moves, killLeader, r.failovers),
+		Handover: newTakeoverResults(r.moves, terminateLeader, r.handovers),
 		Startup: StartupResults{
 			ToVolumeAttachmentSeconds: r.startupToVA.Seconds(),
 			ToNodeStatusSeconds:       r.startupToStatus.Seconds(),
@@ -222,6 +248,42 @@ func newRunResults(r *result) RunResults {
 		Requests:          requests,
 		RequestsPerVolume: perVolume,
 	}
+}
+
+// newTakeoverResults converts the take-overs of one phase.
+func newTakeoverResults(moves int, how leaderStop, takeovers []takeover) TakeoverResults {
+	out := TakeoverResults{
+		Moves:             moves,
+		Signal:            how.signal,
+		NewLeaderSeconds:  newLeaderTime.median(takeovers),
+		FirstWriteSeconds: optional(takeover.firstWriteAfter, takeovers),
+		AllMovedSeconds:   allMovedTime.median(takeovers),
+	}
+	var all []time.Duration
+	for _, t := range takeovers {
+		out.Runs = append(out.Runs, TakeoverRun{
+			ExitSeconds:       t.exited.Seconds(),
+			LeaseReleased:     t.released,
+			NewLeaderSeconds:  t.newLeader.Seconds(),
+			FirstWriteSeconds: optional(takeover.firstWriteAfter, []takeover{t}),
+			AllMovedSeconds:   t.allMoved.Seconds(),
+			MoveMs:            millis(t.moveTimes),
+		})
+		all = append(all, t.moveTimes...)
+	}
+	slices.Sort(all)
+	out.MoveMs = millis(all)
+	return out
+}
+
+// optional is a time's median over the take-overs in seconds, nil if none
+// measured it.
+func optional(f takeoverTime, takeovers []takeover) *float64 {
+	v := f.median(takeovers)
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
 }
 
 // millis converts durations to milliseconds.

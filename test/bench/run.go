@@ -34,7 +34,8 @@ const (
 	// startupProbe is the volume whose pod is created as the restarted controller
 	// starts.
 	startupProbe = "probe-startup"
-	// movedSuffix ends the name of a pod that replaces a moved pod.
+	// movedSuffix, and the number of the take-over, end the name of a pod that
+	// replaces a moved pod.
 	movedSuffix = "-moved"
 	// startupTimeout bounds the controller's start, up to the probe being detached.
 	startupTimeout = 5 * time.Minute
@@ -65,11 +66,16 @@ type runConfig struct {
 	Nodes       int
 	// Idle is how long every volume stays attached with nothing happening.
 	Idle time.Duration
-	// Moves is how many pods the fail-over phase moves to another node.
+	// Moves is how many pods each take-over of the fail-over and hand-over phases
+	// moves to another node.
 	Moves int
-	// Lease is the leader election timing of the fail-over phase.
+	// FailoverRuns is how many take-overs the fail-over and hand-over phases make
+	// each.
+	FailoverRuns int
+	// Lease is the leader election timing of the fail-over and hand-over phases.
 	Lease leaseTimings
-	// PhaseTimeout bounds the attach, fail-over and churn phases each.
+	// PhaseTimeout bounds the attach and churn phases each, and each take-over's
+	// moves.
 	PhaseTimeout time.Duration
 	// AttacherWorkers and KubeletWorkers size the simulators; Clients is how many
 	// requests the load generator has in flight.
@@ -98,13 +104,14 @@ const (
 	attachPhase phase = iota
 	idlePhase
 	failoverPhase
+	handoverPhase
 	startupPhase
 	churnPhase
 	numPhases
 )
 
 func (p phase) String() string {
-	return [...]string{"attach", "idle", "failover", "startup", "churn"}[p]
+	return [...]string{"attach", "idle", "failover", "handover", "startup", "churn"}[p]
 }
 
 // window is when a phase ran, from included to to excluded.
@@ -124,11 +131,10 @@ type result struct {
 	// Steady: CPU used during the idle period and peak RSS at its end.
 	idleCPU time.Duration
 	peakRSS int64
-	// Fail-over: from the leader's SIGKILL to the other replica holding the Lease,
-	// and to each move being done (sorted) and the last.
-	moves               int
-	newLeader, allMoved time.Duration
-	moveTimes           []time.Duration
+	// Fail-over and hand-over: the pods each take-over moved, and the take-overs
+	// with the leader stopped by SIGKILL and by SIGTERM.
+	moves                int
+	failovers, handovers []takeover
 	// Start-up: from the new process's start to the probe's VolumeAttachment and to
 	// its volume in node status; VolumeAttachments deleted and other nodes' status
 	// writes from SIGTERM to the end of the phase.
@@ -162,6 +168,9 @@ type world struct {
 	// start-up phase's new process was started, after the old one had exited.
 	startupNode string
 	restarted   time.Time
+	// replicas counts the leader-elected replicas started, takeovers the take-overs
+	// made, to name them and the moved pods.
+	replicas, takeovers int
 	// ctrl is the controller process the phases measure; live holds the processes
 	// that must keep running, all every process started.
 	ctrl *proc.Process
@@ -236,7 +245,7 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 	res = &result{cfg: cfg}
 	var windows [numPhases]window
 	for _, step := range []func(context.Context, *result, *[numPhases]window) error{
-		w.measureAttach, w.measureSteady, w.measureFailover, w.measureStartup, w.measureChurn,
+		w.measureAttach, w.measureSteady, w.measureFailover, w.measureHandover, w.measureStartup, w.measureChurn,
 	} {
 		if err := step(ctx, res, &windows); err != nil {
 			return nil, err
@@ -250,6 +259,9 @@ func run(ctx context.Context, cfg runConfig) (res *result, err error) {
 		return nil, err
 	}
 	res.requests = countByPhase(events, user, windows)
+	for _, ts := range [][]takeover{res.failovers, res.handovers} {
+		findFirstWrites(events, user, ts)
+	}
 	res.startupVADeletes, res.startupOtherWrites = countRestartWrites(events, user, window{from: w.restarted, to: windows[startupPhase].to}, w.startupNode)
 	return res, nil
 }
@@ -489,23 +501,70 @@ func (w *world) measureSteady(ctx context.Context, res *result, windows *[numPha
 	return nil
 }
 
-// move is one pod of the fail-over phase moved to another node.
+// move is one pod moved to another node in a take-over.
 type move struct {
 	volume   string
 	from, to placement
 	fromVA   string
 }
 
-// measureFailover replaces the controller by two leader-elected replicas, checks
-// the leader works, then kills it with SIGKILL at the moment Moves pods move to
-// another node, and waits until every move is done. The other replica stays as
-// the controller.
+// takeover is one change of leader: the leader stopped, by SIGKILL or SIGTERM, at
+// the moment Moves pods move to another node. Times run from the signal.
+type takeover struct {
+	signalled time.Time
+	// exited: the old leader's process has exited; newLeader: the other replica
+	// seen holding the Lease; allMoved: every move done, moveTimes each (sorted).
+	exited, newLeader, allMoved time.Duration
+	moveTimes                   []time.Duration
+	// released tells whether the old leader released the Lease (emptied its
+	// holder) before the other replica took it.
+	released bool
+	// acquired is the spec.acquireTime the new leader wrote as it took the Lease:
+	// every write of the controller's user received since is the new leader's (the
+	// old one has stopped writing before it releases the Lease, or was killed).
+	acquired time.Time
+	// firstWrite is when the API server received the new leader's first
+	// VolumeAttachment create or delete or node status write; zero if it made none
+	// (the old leader may have done every move before it stopped).
+	firstWrite time.Time
+}
+
+// firstWriteAfter is the signal → the new leader's first VolumeAttachment or node
+// status write, false if it made none.
+func (t takeover) firstWriteAfter() (time.Duration, bool) {
+	if t.firstWrite.IsZero() {
+		return 0, false
+	}
+	return t.firstWrite.Sub(t.signalled), true
+}
+
+// leaderStop is how a take-over phase stops the leader.
+type leaderStop struct {
+	phase phase
+	// name is the phase's name in progress lines and errors, signal the signal's.
+	name, signal string
+	stop         func(*proc.Process) error
+}
+
+var (
+	// killLeader is the fail-over: a crash or a lost node.
+	killLeader = leaderStop{phase: failoverPhase, name: "fail-over", signal: "SIGKILL", stop: (*proc.Process).Kill}
+	// terminateLeader is the hand-over: a rolling update, the process given
+	// stopGracePeriod to stop as it chooses.
+	terminateLeader = leaderStop{phase: handoverPhase, name: "hand-over", signal: "SIGTERM", stop: func(p *proc.Process) error {
+		return p.Stop(stopGracePeriod)
+	}}
+)
+
+// measureFailover replaces the controller by a leader-elected replica, then makes
+// FailoverRuns take-overs with SIGKILL. The last new leader stays as the
+// controller.
 func (w *world) measureFailover(ctx context.Context, res *result, windows *[numPhases]window) error {
 	if err := w.stop(w.ctrl); err != nil {
 		return err
 	}
 	key := w.cfg.Controller.leaseKey()
-	first, err := w.startController("replica-1", &w.cfg.Lease)
+	first, err := w.startReplica()
 	if err != nil {
 		return err
 	}
@@ -514,25 +573,126 @@ func (w *world) measureFailover(ctx context.Context, res *result, windows *[numP
 	}); err != nil {
 		return err
 	}
-	firstID := w.observer.leaseHolder(key).identity
-	second, err := w.startController("replica-2", &w.cfg.Lease)
+	w.ctrl = first
+	res.moves = min(w.cfg.Moves, len(w.volumes))
+	res.failovers, err = w.takeOvers(ctx, killLeader, windows)
+	return err
+}
+
+// measureHandover makes FailoverRuns take-overs with SIGTERM, from the leader the
+// fail-over phase left. The last new leader stays as the controller.
+func (w *world) measureHandover(ctx context.Context, res *result, windows *[numPhases]window) error {
+	var err error
+	res.handovers, err = w.takeOvers(ctx, terminateLeader, windows)
+	return err
+}
+
+// takeOvers makes FailoverRuns take-overs from the leader w.ctrl: each starts a
+// standby replica, checks the leader works, and stops the leader as how says at
+// the moment Moves pods move. The new leader becomes w.ctrl. The phase's window
+// runs from the first signal to the end of the last take-over.
+func (w *world) takeOvers(ctx context.Context, how leaderStop, windows *[numPhases]window) ([]takeover, error) {
+	key := w.cfg.Controller.leaseKey()
+	leaderID := w.observer.leaseHolder(key).identity
+	var out []takeover
+	for i := range w.cfg.FailoverRuns {
+		standby, err := w.startStandby(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.warmUp(ctx); err != nil {
+			return nil, fmt.Errorf("before %s %d: %w", how.name, i+1, err)
+		}
+		leader := w.ctrl
+		if h := w.observer.leaseHolder(key).identity; h != leaderID {
+			// The standby took the Lease while starting: it leads now.
+			leader, standby, leaderID = standby, leader, h
+		}
+		w.progressf("%s %d/%d: %s to leader %s as pods move", how.name, i+1, w.cfg.FailoverRuns, how.signal, leaderID)
+		t, err := w.takeOver(ctx, how, leader, leaderID)
+		if err != nil {
+			return nil, fmt.Errorf("%s %d: %w", how.name, i+1, err)
+		}
+		if i == 0 {
+			windows[how.phase].from = t.signalled
+		}
+		out = append(out, t)
+		w.ctrl, leaderID = standby, w.observer.leaseHolder(key).identity
+	}
+	windows[how.phase].to = time.Now()
+	return out, nil
+}
+
+// startReplica starts the next leader-elected replica.
+func (w *world) startReplica() (*proc.Process, error) {
+	w.replicas++
+	return w.startController(fmt.Sprintf("replica-%d", w.replicas), &w.cfg.Lease)
+}
+
+// startStandby starts a leader-elected replica while another leads, and waits until
+// it tries to take the Lease.
+func (w *world) startStandby(ctx context.Context) (*proc.Process, error) {
+	p, err := w.startReplica()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
-	if err := second.WaitReady(readyCtx, standbyLine); err != nil {
-		return fmt.Errorf("replica 2: %w", err)
+	if err := p.WaitReady(readyCtx, standbyLine); err != nil {
+		return nil, fmt.Errorf("replica %d: %w", w.replicas, err)
 	}
-	if err := w.warmUp(ctx); err != nil {
-		return fmt.Errorf("before the fail-over: %w", err)
-	}
-	leader, standby := first, second
-	leaderID := w.observer.leaseHolder(key).identity
-	if leaderID != firstID {
-		leader, standby = second, first
-	}
+	return p, nil
+}
 
+// takeOver stops the leader, whose identity holds the Lease, as how says, at the
+// moment Moves pods move to the next node, and waits until every move is done, the
+// leader has exited and the other replica holds the Lease.
+func (w *world) takeOver(ctx context.Context, how leaderStop, leader *proc.Process, leaderID string) (takeover, error) {
+	key := w.cfg.Controller.leaseKey()
+	moves := w.planMoves()
+	w.forget(leader)
+	t := takeover{signalled: time.Now()}
+	var exitedAt time.Time
+	stopped := make(chan error, 1)
+	go func() {
+		err := how.stop(leader)
+		exitedAt = time.Now()
+		stopped <- err
+	}()
+	if err := w.move(ctx, moves); err != nil {
+		return t, err
+	}
+	done, err := w.waitMoved(ctx, moves, t.signalled)
+	if err != nil {
+		return t, err
+	}
+	if err := <-stopped; err != nil {
+		return t, err
+	}
+	if err := w.waitFor(ctx, startupTimeout, "the other replica to hold the Lease", func() bool {
+		h := w.observer.leaseHolder(key)
+		return h.identity != "" && h.identity != leaderID
+	}); err != nil {
+		return t, err
+	}
+	h := w.observer.leaseHolder(key)
+	t.exited = exitedAt.Sub(t.signalled)
+	t.newLeader = h.since.Sub(t.signalled)
+	t.acquired = h.acquired
+	t.released = w.observer.releasedSince(key, t.signalled)
+	t.moveTimes = done
+	if len(done) > 0 {
+		t.allMoved = done[len(done)-1]
+	}
+	w.progressf("%s: leader exited after %s (Lease released: %t), new leader after %s, all %d moves done after %s (lease %s)",
+		how.name, seconds(t.exited), t.released, seconds(t.newLeader), len(moves), seconds(t.allMoved), w.cfg.Lease.Duration)
+	return t, nil
+}
+
+// planMoves moves the pods of the first Moves volumes each to the node after its
+// own, as pods named for this take-over.
+func (w *world) planMoves() []move {
+	w.takeovers++
 	moves := make([]move, min(w.cfg.Moves, len(w.volumes)))
 	for i := range moves {
 		v := w.volumes[i]
@@ -540,25 +700,30 @@ func (w *world) measureFailover(ctx context.Context, res *result, windows *[numP
 		moves[i] = move{
 			volume: v,
 			from:   from,
-			to:     placement{pod: v + movedSuffix, node: w.nodes[(slices.Index(w.nodes, from.node)+1)%len(w.nodes)]},
+			to: placement{
+				pod:  fmt.Sprintf("%s%s-%d", v, movedSuffix, w.takeovers),
+				node: w.nodes[(slices.Index(w.nodes, from.node)+1)%len(w.nodes)],
+			},
 			fromVA: w.workload.NewVolume(v, workload.VolumeOptions{}).AttachmentName(from.node),
 		}
 	}
-	w.progressf("fail-over: leader %s, killing it and moving %d pods", leaderID, len(moves))
-	w.forget(leader)
-	start := time.Now()
-	windows[failoverPhase].from = start
-	killed := make(chan error, 1)
-	go func() { killed <- leader.Kill() }()
-	if err := parallel(ctx, len(moves), w.cfg.Clients, func(i int) error {
+	return moves
+}
+
+// move deletes each moved pod and creates its replacement on its new node.
+func (w *world) move(ctx context.Context, moves []move) error {
+	return parallel(ctx, len(moves), w.cfg.Clients, func(i int) error {
 		m := moves[i]
 		if err := w.deletePod(ctx, m.volume); err != nil {
 			return err
 		}
 		return w.createPod(ctx, m.to.pod, m.volume, m.to.node)
-	}); err != nil {
-		return err
-	}
+	})
+}
+
+// waitMoved waits until every move is done and returns the time from start to each
+// move done, sorted.
+func (w *world) waitMoved(ctx context.Context, moves []move, start time.Time) ([]time.Duration, error) {
 	done := make([]time.Duration, len(moves))
 	if err := w.waitFor(ctx, w.cfg.PhaseTimeout, "every moved volume on its new node", func() bool {
 		all := true
@@ -570,29 +735,10 @@ func (w *world) measureFailover(ctx context.Context, res *result, windows *[numP
 		}
 		return all
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	if err := <-killed; err != nil {
-		return err
-	}
-	if err := w.waitFor(ctx, startupTimeout, "the other replica to hold the Lease", func() bool {
-		h := w.observer.leaseHolder(key)
-		return h.identity != "" && h.identity != leaderID
-	}); err != nil {
-		return err
-	}
-	windows[failoverPhase].to = time.Now()
-	res.moves = len(moves)
-	res.newLeader = w.observer.leaseHolder(key).since.Sub(start)
 	slices.Sort(done)
-	res.moveTimes = done
-	if len(done) > 0 {
-		res.allMoved = done[len(done)-1]
-	}
-	w.ctrl = standby
-	w.progressf("fail-over: new leader after %s, all %d moves done after %s (lease %s)",
-		seconds(res.newLeader), len(moves), seconds(res.allMoved), w.cfg.Lease.Duration)
-	return nil
+	return done, nil
 }
 
 // measureStartup restarts the controller without leader election: SIGTERM to the
@@ -784,4 +930,36 @@ func countRestartWrites(events []testenv.AuditEvent, user string, startup window
 		}
 	}
 	return vaDeletes, otherNodeWrites
+}
+
+// findFirstWrites sets each take-over's firstWrite: the first VolumeAttachment
+// create or delete or node status write of the user the API server received at or
+// after the new leader's spec.acquireTime.
+func findFirstWrites(events []testenv.AuditEvent, user string, takeovers []takeover) {
+	for i := range takeovers {
+		t := &takeovers[i]
+		if t.acquired.IsZero() {
+			continue
+		}
+		for _, ev := range events {
+			if ev.User != user || ev.Received.Before(t.acquired) || !attachDetachWrite(ev) {
+				continue
+			}
+			if t.firstWrite.IsZero() || ev.Received.Before(t.firstWrite) {
+				t.firstWrite = ev.Received
+			}
+		}
+	}
+}
+
+// attachDetachWrite tells whether a request creates or deletes a VolumeAttachment
+// or writes a node's status: the writes that attach and detach.
+func attachDetachWrite(ev testenv.AuditEvent) bool {
+	switch {
+	case ev.Resource == "volumeattachments":
+		return ev.Verb == "create" || ev.Verb == "delete"
+	case ev.Resource == "nodes" && ev.Subresource == "status":
+		return ev.Verb == "patch" || ev.Verb == "update"
+	}
+	return false
 }
