@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -58,7 +59,7 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	watcher := watch.NewFake()
+	watcher := watch.NewRaceFreeFake()
 	client.PrependWatchReactor("nodes", clienttesting.DefaultWatchReactor(watcher, nil))
 	go func() {
 		time.Sleep(500 * time.Millisecond)
@@ -107,7 +108,7 @@ func TestStartUpWaitsForThePodInformer(t *testing.T) {
 		}
 		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*pod.DeepCopy()}}, nil
 	})
-	watcher := watch.NewFake()
+	watcher := watch.NewRaceFreeFake()
 	client.PrependWatchReactor("pods", clienttesting.DefaultWatchReactor(watcher, nil))
 	go func() {
 		time.Sleep(500 * time.Millisecond)
@@ -199,9 +200,10 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 				"pods":              &v1.PodList{},
 			}
 			informed["nodes"].(*v1.NodeList).Items[0].ResourceVersion = "5"
-			var failures atomic.Int32
+			// The informers' lists, a standby's before it led, find nothing new.
+			var lists, failures atomic.Int32
 			client.PrependReactor("list", tc.resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
-				if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+				if lists.Add(1) == 1 {
 					return true, informed[tc.resource].DeepCopyObject(), nil
 				}
 				if failures.Add(1) <= 3 {
@@ -209,7 +211,7 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-			watcher := watch.NewFake()
+			watcher := watch.NewRaceFreeFake()
 			client.PrependWatchReactor(tc.resource, clienttesting.DefaultWatchReactor(watcher, nil))
 			go func() {
 				time.Sleep(500 * time.Millisecond)
@@ -223,7 +225,7 @@ func TestStartUpRetriesAFailedQuorumList(t *testing.T) {
 				}
 			}()
 
-			c := newControllerWithoutPass(t, client)
+			c := standbyControllerWithoutPass(t, client)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			t.Cleanup(c.factory.Shutdown)
@@ -257,13 +259,15 @@ func TestStartUpWaitsForAVolumeAttachmentMadeAgain(t *testing.T) {
 	old.UID = "uid-deleted-since"
 	old.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce), current)
-	client.PrependReactor("list", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+	// The informer's list, a standby's before it led, found the old object.
+	var lists atomic.Int32
+	client.PrependReactor("list", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) == 1 {
 			return true, &storagev1.VolumeAttachmentList{Items: []storagev1.VolumeAttachment{*old.DeepCopy()}}, nil
 		}
 		return false, nil, nil
 	})
-	watcher := watch.NewFake()
+	watcher := watch.NewRaceFreeFake()
 	client.PrependWatchReactor("volumeattachments", clienttesting.DefaultWatchReactor(watcher, nil))
 	go func() {
 		time.Sleep(500 * time.Millisecond)
@@ -271,7 +275,7 @@ func TestStartUpWaitsForAVolumeAttachmentMadeAgain(t *testing.T) {
 		watcher.Add(current.DeepCopy())
 	}()
 
-	c := newControllerWithoutPass(t, client)
+	c := standbyControllerWithoutPass(t, client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Cleanup(c.factory.Shutdown)
@@ -310,8 +314,8 @@ func TestAtLeastVersionComparesResourceVersions(t *testing.T) {
 
 // TestStartUpWaitsForTheVolumeAttachmentInformer: the previous leader deleted
 // the VolumeAttachment of an RWO volume on node-a and created it again under the
-// same name, for a pod back on node-a. The new leader's informer lists from a
-// cache that still has the old object, being deleted, and its watch delivers the
+// same name, for a pod back on node-a. The new leader's informer listed, as a
+// standby before it led, the old object, being deleted, and its watch delivers the
 // deletion and the new object only later. An informer that holds an object of
 // the listed name is not current: had the controller decided then, it would have
 // learned of the deletion, counted the volume free, and attached it to another
@@ -334,13 +338,13 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 		// API server has it.
 		informed, current *storagev1.VolumeAttachment
 		// deliver brings the informer up to date.
-		deliver func(w *watch.FakeWatcher, informed, current *storagev1.VolumeAttachment)
+		deliver func(w *watch.RaceFreeFakeWatcher, informed, current *storagev1.VolumeAttachment)
 	}{
 		{
 			name:     "an older object of the same name, being deleted",
 			informed: at("uid-old", "4", true),
 			current:  at("uid-new", "9", false),
-			deliver: func(w *watch.FakeWatcher, informed, current *storagev1.VolumeAttachment) {
+			deliver: func(w *watch.RaceFreeFakeWatcher, informed, current *storagev1.VolumeAttachment) {
 				w.Delete(informed)
 				w.Add(current)
 			},
@@ -349,7 +353,7 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 			name:     "the same object at an older version",
 			informed: at("uid-1", "4", false),
 			current:  at("uid-1", "9", true),
-			deliver: func(w *watch.FakeWatcher, _, current *storagev1.VolumeAttachment) {
+			deliver: func(w *watch.RaceFreeFakeWatcher, _, current *storagev1.VolumeAttachment) {
 				w.Modify(current)
 			},
 		},
@@ -357,22 +361,24 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1"), tc.current.DeepCopy())
-			client.PrependReactor("list", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
-				if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+			// The informer's list, a standby's before it led, found the old object.
+			var lists atomic.Int32
+			client.PrependReactor("list", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if lists.Add(1) == 1 {
 					list := &storagev1.VolumeAttachmentList{Items: []storagev1.VolumeAttachment{*tc.informed.DeepCopy()}}
 					list.ResourceVersion = "4"
 					return true, list, nil
 				}
 				return false, nil, nil
 			})
-			watcher := watch.NewFake()
+			watcher := watch.NewRaceFreeFake()
 			client.PrependWatchReactor("volumeattachments", clienttesting.DefaultWatchReactor(watcher, nil))
 			go func() {
 				time.Sleep(500 * time.Millisecond)
 				tc.deliver(watcher, tc.informed.DeepCopy(), tc.current.DeepCopy())
 			}()
 
-			c := newControllerWithoutPass(t, client)
+			c := standbyControllerWithoutPass(t, client)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			t.Cleanup(c.factory.Shutdown)
@@ -392,6 +398,24 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// standbyControllerWithoutPass is newControllerWithoutPass made as a standby is:
+// its informers listed, and are synced, before it leads.
+func standbyControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Controller {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if err := StartInformers(t.Context(), factory); err != nil {
+		t.Fatal(err)
+	}
+	factory.WaitForCacheSync(t.Context().Done())
+	opts := DefaultOptions()
+	opts.DisableSync = true
+	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(1000), metrics.New(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // TestStartUpTakesTheInformersOwnListAsProof: the VolumeAttachment informer's
