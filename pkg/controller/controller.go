@@ -76,6 +76,9 @@ type Options struct {
 	// Workers reconcile volumes in parallel; StatusWorkers write node status.
 	Workers       int
 	StatusWorkers int
+	// StatusMinBatchWindow is the shortest time a node's status write waits for
+	// more changes to the node (see package statusupdater).
+	StatusMinBatchWindow time.Duration
 	// ShutdownGrace bounds how long Run waits, once ctx ends, for running
 	// operations to get the answers to their writes.
 	ShutdownGrace time.Duration
@@ -113,6 +116,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("the shadow grace period must be positive, got %s", o.ShadowGrace)
 	case o.StatusWorkers < 1:
 		return fmt.Errorf("status workers must be at least 1, got %d", o.StatusWorkers)
+	case o.StatusMinBatchWindow < 0 || o.StatusMinBatchWindow > statusupdater.MaxBatchWindow:
+		return fmt.Errorf("the status minimum batch window must be between 0 and %s, got %s", statusupdater.MaxBatchWindow, o.StatusMinBatchWindow)
 	}
 	return nil
 }
@@ -216,7 +221,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		}
 	}
 	events := podevents.NewEmitter(recorder)
-	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog)
+	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog, c.opts.StatusMinBatchWindow)
 	c.populator = populator.New(populator.Listers{
 		Pods:       inf.pods.Lister(),
 		PodIndexer: inf.pods.Informer().GetIndexer(),

@@ -20,9 +20,9 @@ import (
 
 func TestBatchWindow(t *testing.T) {
 	tests := []struct {
-		name              string
-		backlog, response time.Duration
-		want              time.Duration
+		name                       string
+		backlog, response, minimum time.Duration
+		want                       time.Duration
 	}{
 		{name: "nothing queued, quick server: at once", want: 0},
 		{name: "one request queued at 200 QPS: no fixed minimum", backlog: 5 * time.Millisecond, response: 2 * time.Millisecond, want: 5 * time.Millisecond},
@@ -30,11 +30,14 @@ func TestBatchWindow(t *testing.T) {
 		{name: "nothing queued, slow server: its response time", response: 800 * time.Millisecond, want: 800 * time.Millisecond},
 		{name: "queue longer than the limit", backlog: 2 * time.Hour, want: time.Minute},
 		{name: "server slower than the limit", response: 2 * time.Minute, want: time.Minute},
+		{name: "the operator's minimum over a short queue", backlog: 5 * time.Millisecond, response: 2 * time.Millisecond, minimum: time.Second, want: time.Second},
+		{name: "a queue longer than the operator's minimum", backlog: 3 * time.Second, minimum: time.Second, want: 3 * time.Second},
+		{name: "a minimum longer than the limit", minimum: time.Hour, want: time.Minute},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := statusupdater.BatchWindow(tc.backlog, tc.response); got != tc.want {
-				t.Errorf("BatchWindow(%s, %s) = %s, want %s", tc.backlog, tc.response, got, tc.want)
+			if got := statusupdater.BatchWindow(tc.backlog, tc.response, tc.minimum); got != tc.want {
+				t.Errorf("BatchWindow(%s, %s, %s) = %s, want %s", tc.backlog, tc.response, tc.minimum, got, tc.want)
 			}
 		})
 	}
@@ -76,7 +79,7 @@ func TestEnqueueWritesAfterTheBacklog(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarnessWithBacklog(t, fixedBacklog(tc.backlog), managedNode("1"), managedNode("1"))
+				h := newHarnessWithBacklog(t, fixedBacklog(tc.backlog), 0, managedNode("1"), managedNode("1"))
 				times := h.patchTimes()
 				h.attach(volA, true)
 				h.updater.Enqueue(nodeName)
@@ -109,7 +112,7 @@ func TestEnqueueWritesAfterTheBacklog(t *testing.T) {
 func TestASlowServerGetsFewerLargerWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const slow = 400 * time.Millisecond
-		h := newHarnessWithBacklog(t, fixedBacklog(0), managedNode("1"), managedNode("1"))
+		h := newHarnessWithBacklog(t, fixedBacklog(0), 0, managedNode("1"), managedNode("1"))
 		h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
 			time.Sleep(slow)
 			return false, nil, nil
@@ -134,6 +137,30 @@ func TestASlowServerGetsFewerLargerWrites(t *testing.T) {
 		patches := h.patches(t)
 		if got := patchedList(t, patches[1]); !slices.Equal(got, []v1.AttachedVolume{csiEntry(volA), csiEntry(volB), csiEntry(volC)}) {
 			t.Errorf("second patch lists %v, want the three volumes", got)
+		}
+	})
+}
+
+// TestAMinimumWindowWritesTheAttachesOfOneNodeTogether: with a minimum window,
+// volumes attached to a node within it go out in one write, that long after the
+// first, even with nothing queued and a quick server.
+func TestAMinimumWindowWritesTheAttachesOfOneNodeTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const minimum = 500 * time.Millisecond
+		h := newHarnessWithBacklog(t, fixedBacklog(0), minimum, managedNode("1"), managedNode("1"))
+		times := h.patchTimes()
+		for _, vol := range []volumename.UniqueName{volA, volB, volC} {
+			h.attach(vol, true)
+			h.updater.Enqueue(nodeName)
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(minimum)
+		synctest.Wait()
+		if got := times(); !slices.Equal(got, []time.Duration{minimum}) {
+			t.Fatalf("patches sent at %v, want one, %s after the first attach", got, minimum)
+		}
+		if got := patchedList(t, h.patches(t)[0]); !slices.Equal(got, []v1.AttachedVolume{csiEntry(volA), csiEntry(volB), csiEntry(volC)}) {
+			t.Errorf("the patch lists %v, want the three volumes", got)
 		}
 	})
 }
@@ -167,7 +194,7 @@ func TestConfirmSharesTheBatchedWrite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				all := managedNode("1", csiEntry(volA), csiEntry(volB), csiEntry(volC))
-				h := newHarnessWithBacklog(t, fixedBacklog(tc.backlog), all, all.DeepCopy())
+				h := newHarnessWithBacklog(t, fixedBacklog(tc.backlog), 0, all, all.DeepCopy())
 				vols := []volumename.UniqueName{volA, volB, volC}
 				for _, v := range vols {
 					h.attach(v, true)
@@ -263,7 +290,7 @@ func TestConfirmWithoutAnAnswer(t *testing.T) {
 	})
 	t.Run("the caller gives up", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			h := newHarnessWithBacklog(t, fixedBacklog(time.Minute), managedNode("1", csiEntry(volA)), managedNode("1", csiEntry(volA)))
+			h := newHarnessWithBacklog(t, fixedBacklog(time.Minute), 0, managedNode("1", csiEntry(volA)), managedNode("1", csiEntry(volA)))
 			h.attach(volA, true)
 			h.actual.HideForDetach(volA, nodeName, cache.NotForced)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -278,7 +305,7 @@ func TestConfirmWithoutAnAnswer(t *testing.T) {
 	})
 	t.Run("the updater stops", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			h := newHarnessWithBacklog(t, fixedBacklog(time.Minute), managedNode("1", csiEntry(volA)), managedNode("1", csiEntry(volA)))
+			h := newHarnessWithBacklog(t, fixedBacklog(time.Minute), 0, managedNode("1", csiEntry(volA)), managedNode("1", csiEntry(volA)))
 			h.attach(volA, true)
 			h.actual.HideForDetach(volA, nodeName, cache.NotForced)
 			go func() {

@@ -42,6 +42,8 @@ type Updater struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// backlog tells how long other requests now wait for the client's rate limit.
 	backlog func() time.Duration
+	// minWindow is the shortest batch window, set by the operator.
+	minWindow time.Duration
 	// stopped is closed once no write will be made any more.
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -101,14 +103,16 @@ type confirmation struct {
 var ErrStopped = errors.New("the node status updater stopped")
 
 // New returns an Updater. backlog, if not nil, tells how long requests of the
-// other clients now wait for the shared rate limit; writes are batched over that.
-func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, m *metrics.Metrics, backlog func() time.Duration) *Updater {
+// other clients now wait for the shared rate limit; writes are batched over that,
+// and over minWindow at least.
+func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, m *metrics.Metrics, backlog func() time.Duration, minWindow time.Duration) *Updater {
 	return &Updater{
-		client:  client,
-		backlog: backlog,
-		nodes:   nodes,
-		actual:  actual,
-		metrics: m,
+		client:    client,
+		backlog:   backlog,
+		minWindow: minWindow,
+		nodes:     nodes,
+		actual:    actual,
+		metrics:   m,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node_status"}),
@@ -122,8 +126,9 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 // A node's write waits for more changes to the same node, so that volumes attached
 // or detached together are reported in one patch, for as long as the requests now
 // queued for the client's rate limit take to be served, or as the API server took
-// to answer the recent status writes, whichever is longer (at most
-// maxBatchWindow). With nothing queued and a quick server, it is written at once.
+// to answer the recent status writes, or as the operator's minimum, whichever is
+// longer (at most MaxBatchWindow). With nothing queued, a quick server and no
+// minimum, it is written at once.
 // Node status writes jump that queue, so when the rate limit is the bottleneck
 // they are few and large and leave the budget to the VolumeAttachment creates and
 // deletes; when the server is slow, the changes that come while one write would be
@@ -133,14 +138,15 @@ func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cach
 // kubelet waits for it. A detach may push the window back to the end of the
 // queue as it stands when the detach asks: its delete would wait behind that queue
 // anyway, and the detaches of one node, which kubelet frees one pod at a time,
-// then share one write. No window ends later than maxBatchWindow after it opened.
-const maxBatchWindow = time.Minute
+// then share one write. No window ends later than MaxBatchWindow after it opened.
+const MaxBatchWindow = time.Minute
 
 // BatchWindow is how long a node's write waits for more changes to the node when
-// the requests now queued for the client's rate limit take backlog to be served
-// and the API server answers status writes in response.
-func BatchWindow(backlog, response time.Duration) time.Duration {
-	return min(max(backlog, response, 0), maxBatchWindow)
+// the requests now queued for the client's rate limit take backlog to be served,
+// the API server answers status writes in response, and the operator asks for
+// minimum at least.
+func BatchWindow(backlog, response, minimum time.Duration) time.Duration {
+	return min(max(backlog, response, minimum, 0), MaxBatchWindow)
 }
 
 // responseWeight is the weight of the latest status write in the recent response
@@ -171,7 +177,7 @@ func (u *Updater) schedule(node string, detach bool) {
 	if u.backlog != nil {
 		backlog = u.backlog()
 	}
-	wait := BatchWindow(backlog, u.response)
+	wait := BatchWindow(backlog, u.response, u.minWindow)
 	now := time.Now()
 	switch {
 	case !ok:
@@ -181,7 +187,7 @@ func (u *Updater) schedule(node string, detach bool) {
 		// The queue is told the earlier time already: the worker puts the
 		// node back until the new one.
 		w.due = now.Add(wait)
-		if limit := w.opened.Add(maxBatchWindow); w.due.After(limit) {
+		if limit := w.opened.Add(MaxBatchWindow); w.due.After(limit) {
 			w.due = limit
 		}
 		u.scheduled[node] = w

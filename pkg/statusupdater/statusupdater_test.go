@@ -59,12 +59,12 @@ type harness struct {
 
 func newHarness(t *testing.T, informerNode *v1.Node, serverNodes ...runtime.Object) *harness {
 	t.Helper()
-	return newHarnessWithBacklog(t, nil, informerNode, serverNodes...)
+	return newHarnessWithBacklog(t, nil, 0, informerNode, serverNodes...)
 }
 
 // newHarnessWithBacklog is newHarness with an updater told by backlog how long
-// other requests wait for the rate limit.
-func newHarnessWithBacklog(t *testing.T, backlog func() time.Duration, informerNode *v1.Node, serverNodes ...runtime.Object) *harness {
+// other requests wait for the rate limit, and batching over minWindow at least.
+func newHarnessWithBacklog(t *testing.T, backlog func() time.Duration, minWindow time.Duration, informerNode *v1.Node, serverNodes ...runtime.Object) *harness {
 	t.Helper()
 	h := &harness{
 		client: fake.NewClientset(serverNodes...),
@@ -77,7 +77,7 @@ func newHarnessWithBacklog(t *testing.T, backlog func() time.Duration, informerN
 		}
 	}
 	h.client.ClearActions()
-	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New(), backlog)
+	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New(), backlog, minWindow)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {

@@ -45,6 +45,7 @@ controller:
   operationTimeout: 3m
   workers: 1000000
   statusWorkers: 32
+  statusMinBatchWindow: 250ms
   kubeAPIContentType: application/json
   kubeAPIQPS: 50.5
   kubeAPIBurst: 100
@@ -82,6 +83,7 @@ extraArgs: ["--kubeconfig=/etc/kubeconfig"]
 		{"--operation-timeout", c.OperationTimeout, 3 * time.Minute},
 		{"--workers", c.Workers, 1000000},
 		{"--status-workers", c.StatusWorkers, 32},
+		{"--status-min-batch-window", c.StatusMinBatchWindow, 250 * time.Millisecond},
 		{"--kube-api-content-type", opts.ContentType, "application/json"},
 		{"--kube-api-qps", opts.KubeAPIQPS, 50.5},
 		{"--kube-api-burst", opts.KubeAPIBurst, 100},

@@ -80,6 +80,7 @@ whatever number type the values arrived as.
     (list "attach-detach-reconcile-sync-period" $c.reconcileSyncPeriod)
     (list "disable-attach-detach-reconcile-sync" $c.disableReconcileSync)
     (list "operation-timeout" $c.operationTimeout)
+    (list "status-min-batch-window" $c.statusMinBatchWindow)
     (list "kube-api-content-type" $c.kubeAPIContentType)
     (list "kube-api-qps" $c.kubeAPIQPS)
     (list "event-qps" $c.eventQPS)

@@ -94,6 +94,9 @@ func newFlagSet(o *Options) *flag.FlagSet {
 		"How long one attach or detach waits for the CSI external-attacher before it fails and is retried with backoff.")
 	fs.IntVar(&o.Controller.Workers, "workers", o.Controller.Workers, "Volumes reconciled in parallel.")
 	fs.IntVar(&o.Controller.StatusWorkers, "status-workers", o.Controller.StatusWorkers, "Nodes whose status is written in parallel.")
+	fs.DurationVar(&o.Controller.StatusMinBatchWindow, "status-min-batch-window", 0,
+		"Shortest time a node's status write waits for more volumes attached to or detached from the node, so that they share one write; "+
+			"the wait also grows with the rate limit's queue and the API server's response time. Longer: fewer node status writes, and each attach reported to kubelet later. At most 1m.")
 	fs.StringVar(&o.ContentType, "kube-api-content-type", protobufContentType,
 		"Content type of requests and watches sent to the API server: "+protobufContentType+" or "+jsonContentType+".")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 20, "Queries per second to the API server, events excluded.")

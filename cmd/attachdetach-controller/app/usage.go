@@ -40,6 +40,7 @@ var ownFlags = map[string]bool{
 	"operation-timeout":               true,
 	"workers":                         true,
 	"status-workers":                  true,
+	"status-min-batch-window":         true,
 	"event-qps":                       true,
 	"event-burst":                     true,
 }
