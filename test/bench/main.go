@@ -36,6 +36,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -70,7 +71,9 @@ func mainErr() error {
 		keep        = flag.Bool("keep", false, "Keep the working directory (kubeconfigs, logs).")
 		chartsDir   = flag.String("charts-dir", "", "Directory to draw SVG charts of the results in, linked from the Markdown printed; by default -out's, none if both are empty.")
 		objectsFlag = flag.String("objects", string(realisticObjects), "What nodes, pods, claims and PersistentVolumes carry: realistic (what kubelet, a StatefulSet and a CSI provisioner put in them) or minimal (what attach/detach reads).")
-		chartsFrom  = flag.String("charts-from", "", "Draw the charts of a saved "+resultsFile+" into -charts-dir (by default the file's directory) instead of running.")
+		windowFrom  = flag.String("window-charts-from", "",
+			"Comma-separated saved "+resultsFile+" files, each of a run of this controller with its own -this-flag="+windowFlag+"=D (upstream's runs among them drawn as a level): draw writes per volume and p50 against the window into -charts-dir instead of running.")
+		chartsFrom = flag.String("charts-from", "", "Draw the charts of a saved "+resultsFile+" into -charts-dir (by default the file's directory) instead of running.")
 	)
 	flag.IntVar(&s.Nodes, "nodes", 0, fmt.Sprintf("Simulated nodes; pods are spread over them round-robin. 0: one per ten volumes, at least %d.", minNodes))
 	flag.DurationVar(&s.Idle, "idle", 60*time.Second, "Idle period with every volume attached.")
@@ -92,6 +95,12 @@ func mainErr() error {
 	}
 	if *chartsFrom != "" {
 		return redrawCharts(os.Stdout, *chartsFrom, *chartsDir)
+	}
+	if *windowFrom != "" {
+		if *chartsDir == "" {
+			return errors.New("-window-charts-from needs -charts-dir")
+		}
+		return drawWindowCharts(os.Stdout, *chartsDir, strings.Split(*windowFrom, ","))
 	}
 	var err error
 	if s.Volumes, err = parseList(*volumes, func(v string) (int, error) {
@@ -153,6 +162,7 @@ func mainErr() error {
 		Machine:         machine(),
 		ThisCommit:      gitDescribe(),
 		UpstreamVersion: versions.Kubernetes,
+		ThisFlags:       s.ThisFlags,
 		Lease: LeaseTimings{
 			DurationSeconds:      s.Lease.Duration.Seconds(),
 			RenewDeadlineSeconds: s.Lease.RenewDeadline.Seconds(),

@@ -31,6 +31,8 @@ type Results struct {
 	// Lease is the leader election timing both controllers get in the fail-over
 	// and hand-over phases.
 	Lease LeaseTimings `json:"lease"`
+	// ThisFlags are the extra flags this controller ran with (-this-flag).
+	ThisFlags []string `json:"thisFlags,omitempty"`
 	// Runs are the runs in the order they ran: for each size and rate, this
 	// controller then upstream (as -controllers orders them).
 	Runs []RunResults `json:"runs"`
