@@ -51,10 +51,12 @@ var controllerPermissions = []permission{
 	{"authentication.k8s.io", "tokenreviews", "create"}, {"authorization.k8s.io", "subjectaccessreviews", "create"},
 }
 
-// leaderElectionPermissions is what client-go's Lease lock does with its Lease, and
-// so exactly what the leader-election Role must grant.
+// leaderElectionPermissions is what client-go's Lease lock does with its Lease,
+// and a standby's watch of it (package leasewatch), and so exactly what the
+// leader-election Role must grant.
 var leaderElectionPermissions = []permission{
 	{"coordination.k8s.io", "leases", "get"}, {"coordination.k8s.io", "leases", "create"}, {"coordination.k8s.io", "leases", "update"},
+	{"coordination.k8s.io", "leases", "list"}, {"coordination.k8s.io", "leases", "watch"},
 }
 
 // renderManifests returns the objects `kubectl kustomize manifests/` renders.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/eventsink"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/leasewatch"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/podevents"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/ratelimit"
@@ -159,11 +160,14 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		return fmt.Errorf("reading the hostname for the leader identity: %w", err)
 	}
 	identity := host + "_" + string(uuid.NewUUID())
-	lock := &renewalTrackingLock{Interface: &resourcelock.LeaseLock{
+	// The tracker watches the Lease, so that this replica takes it as soon as it
+	// is released or has run out, not at the elector's next attempt.
+	tracker := leasewatch.New(identity)
+	lock := &renewalTrackingLock{Interface: tracker.Lock(&resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionName},
-		Client:     client.CoordinationV1(),
+		Client:     tracker.Leases(client.CoordinationV1()),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}}
+	})}
 	// The elector gets a context of its own, cancelled only once the controller
 	// has stopped: on SIGTERM the lease is released after this replica's last
 	// write, never while one of its operations may still reach the API server.
@@ -193,7 +197,8 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 			// Required by client-go; what happens next is decided when Run returns.
 			OnStoppedLeading: func() {},
 			OnNewLeader: func(id string) {
-				if id != identity {
+				// An empty identity is a lease released or run out, not a leader.
+				if id != identity && id != "" {
 					logger.Info("Another replica leads", "leader", id)
 				}
 			},
@@ -209,6 +214,10 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 		}
 	})()
 	logger.Info("Waiting to become the leader", "lease", o.LeaderElectionNamespace+"/"+o.LeaderElectionName, "identity", identity)
+	if err := tracker.Watch(electorCtx, client, o.LeaderElectionNamespace, o.LeaderElectionName); err != nil {
+		return err
+	}
+	tracker.Await(electorCtx, o.LeaseDuration)
 	elector.Run(electorCtx)
 	var runErr error
 	select {
