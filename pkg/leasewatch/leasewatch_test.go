@@ -151,8 +151,9 @@ func TestTakesOverAtOnceWhenReleased(t *testing.T) {
 // TestAStalledWatchDoesNotLetTheStandbyTakeAHeldLease: with a watch that shows
 // nothing after its list, the holder's renewals are seen only by the elector's
 // reads, and the standby does not take the Lease while they go on; once they
-// stop, it takes it the lease duration after its elector first read the last
-// one, at the latest one attempt later.
+// stop, it takes it as client-go alone would: the lease duration after its
+// elector first read the last one (up to one attempt, 2.2 retry periods, after
+// it was written), at the latest one attempt later.
 func TestAStalledWatchDoesNotLetTheStandbyTakeAHeldLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := &holder{client: fake.NewClientset()}
@@ -170,7 +171,7 @@ func TestAStalledWatchDoesNotLetTheStandbyTakeAHeldLease(t *testing.T) {
 				t.Fatalf("took the Lease while its holder renewed it every %s", retry)
 			}
 		}
-		time.Sleep(lease + 2*2200*time.Millisecond)
+		time.Sleep(lease + 2*(retry+retry*12/10))
 		led := ledAt()
 		if led.IsZero() {
 			t.Fatalf("not leading %s after the last renewal", time.Since(last))
