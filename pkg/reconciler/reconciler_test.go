@@ -275,6 +275,22 @@ func (h *harness) sync(vol cache.Volume) time.Duration { return h.r.Sync(h.ctx, 
 
 func (h *harness) events() []string { return fakeevents.Drain(h.recorder) }
 
+// waitAttachesHold waits until every attach started has made its record, which
+// holds the volume on its node: the executor makes it on the operation's own
+// goroutine, and a later sync must not depend on how far that got.
+func (h *harness) waitAttachesHold(vol cache.Volume) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range h.exec.started() {
+		for c.op == "attach" && !slices.Contains(h.actual.Holders(vol.Name, vol.PVName, ""), c.node) {
+			if time.Now().After(deadline) {
+				h.t.Fatalf("the attach on %s made no record within 10 s", c.node)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // desiredPods answers the executor's read of a node's pods from the desired
 // state: in these tests the API server holds the pods the informer shows.
 type desiredPods struct{ desired *cache.DesiredState }
@@ -807,6 +823,7 @@ func TestSyncRules(t *testing.T) {
 			wantCalls: []call{detachOn("node-a")},
 		},
 		{
+			// Once A's attach has sent its create, B's pod learns why it waits.
 			name: "single-attach desired on two nodes, no attachment: exactly one attach",
 			setup: func(h *harness) {
 				h.node("node-a")
@@ -814,8 +831,9 @@ func TestSyncRules(t *testing.T) {
 				h.pod("ns", "db-a", "node-a", rwo)
 				h.pod("ns", "db-b", "node-b", rwo)
 			},
-			syncAt:    []time.Duration{0, time.Second},
-			wantCalls: []call{attachOn("node-a")},
+			syncAt:     []time.Duration{0, time.Second},
+			wantCalls:  []call{attachOn("node-a")},
+			wantEvents: []string{sameNamespaceHolder},
 		},
 		{
 			// B's pod learns why it waits even while A's detach runs, as the
@@ -876,7 +894,10 @@ func TestSyncRules(t *testing.T) {
 			}
 			start := h.now
 			var requeue time.Duration
-			for _, at := range syncAt {
+			for i, at := range syncAt {
+				if i > 0 {
+					h.waitAttachesHold(vol)
+				}
 				h.now = start.Add(at)
 				requeue = h.sync(vol)
 			}
