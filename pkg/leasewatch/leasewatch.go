@@ -34,6 +34,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// WatchingLine is logged once the watch of the Lease has listed it: from then on
+// this replica takes the Lease as soon as it is free.
+const WatchingLine = "Watching the lease"
+
 // Tracker remembers the latest version of the Lease this replica has seen, from
 // its watch or from the elector's reads and writes, and when it first saw it.
 type Tracker struct {
@@ -225,9 +229,13 @@ func (t *Tracker) Watch(ctx context.Context, client kubernetes.Interface, namesp
 	factory.Start(ctx.Done())
 	context.AfterFunc(ctx, factory.Shutdown)
 	go func() {
-		if toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) && len(informer.GetStore().List()) == 0 {
+		if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			return
+		}
+		if len(informer.GetStore().List()) == 0 {
 			t.observe(nil, time.Now())
 		}
+		klog.FromContext(ctx).Info(WatchingLine, "lease", namespace+"/"+name)
 	}()
 	return nil
 }

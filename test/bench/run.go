@@ -23,6 +23,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/leasewatch"
 )
 
 const (
@@ -50,12 +51,18 @@ const (
 	// startupSettle is how long the start-up phase goes on after the probe reached
 	// node status, so that a late rewrite or detach is counted in it.
 	startupSettle = 2 * time.Second
-	// standbyLine is what client-go's leader elector, in both controllers, logs when
-	// a replica starts trying to take the Lease.
-	standbyLine = "Attempting to acquire leader lease"
 	// progressInterval is how often long bulk operations report progress.
 	progressInterval = 5 * time.Second
 )
+
+// standbyLines are what a replica logs once it stands by for the Lease: for
+// upstream, client-go's elector as it starts trying to take it; for this
+// controller, its watch of the Lease, under which the elector starts only once
+// the Lease is free.
+var standbyLines = map[controllerKind]string{
+	thisController:     leasewatch.WatchingLine,
+	upstreamController: "Attempting to acquire leader lease",
+}
 
 // runConfig is one controller on one workload at one rate limit.
 type runConfig struct {
@@ -638,7 +645,7 @@ func (w *world) startStandby(ctx context.Context) (*proc.Process, error) {
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
-	if err := p.WaitReady(readyCtx, standbyLine); err != nil {
+	if err := p.WaitReady(readyCtx, standbyLines[w.cfg.Controller]); err != nil {
 		return nil, fmt.Errorf("replica %d: %w", w.replicas, err)
 	}
 	return p, nil
