@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
+)
+
+// suite measures the controller at each size in turn.
+type suite struct {
+	// Pods are the sizes: pods, each with one attached volume.
+	Pods []int
+	// PodsPerNode sets the nodes of a size: pods/PodsPerNode, rounded up.
+	PodsPerNode int
+	// Changes is how many pods the attach phase creates and the detach phase
+	// deletes, Rounds times over.
+	Changes, Rounds int
+	// Idle is the idle window.
+	Idle time.Duration
+	// Timeout bounds each wait: start-up, settling, attach, detach.
+	Timeout time.Duration
+	// ProfileDir, if set, receives each phase's CPU profile.
+	ProfileDir string
+	// Workers are the simulated kubelet's and external-attacher's.
+	KubeletWorkers, AttacherWorkers int
+	Logger                          klog.Logger
+}
+
+// result is what one size measured. CPU figures are the controller's own (see
+// cpuUse); heap figures are above the heap of the world and the simulated
+// agents before the controller started.
+type result struct {
+	Pods, Nodes int
+	// Ready is from the start to the state rebuilt (Run's onReady);
+	// FirstDecision to the start-up probe's VolumeAttachment created.
+	Ready, FirstDecision time.Duration
+	// StartUp is from the start to settled: the probe in node status and the
+	// reconcile queue empty. StartUpCPU is the CPU over that time.
+	StartUp    time.Duration
+	StartUpCPU cpuUse
+	// HeapPerVolume is the live heap (after a GC) once settled, per attached
+	// volume; PeakHeap the highest heap in use (live and not yet collected)
+	// sampled from the start to the end of the idle window.
+	HeapPerVolume float64
+	PeakHeap      uint64
+	// Changes pods were created, then deleted, Rounds times: Attach and Detach
+	// are the wall times until every volume was attached (in node status), then
+	// detached, summed over the rounds.
+	Changes, Rounds      int
+	Attach, Detach       time.Duration
+	AttachCPU, DetachCPU cpuUse
+	Idle                 time.Duration
+	IdleCPU              cpuUse
+}
+
+// run measures every size.
+func (s suite) run(ctx context.Context) ([]result, error) {
+	var out []result
+	for _, pods := range s.Pods {
+		r, err := s.measure(ctx, pods)
+		if err != nil {
+			return out, fmt.Errorf("%d pods: %w", pods, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// nodesFor is the number of nodes of a size.
+func (s suite) nodesFor(pods int) int {
+	return max(1, (pods+s.PodsPerNode-1)/s.PodsPerNode)
+}
+
+// measure runs the phases on one size: start-up, attach and detach (Rounds
+// times), idle.
+func (s suite) measure(ctx context.Context, pods int) (result, error) {
+	r := result{Pods: pods, Nodes: s.nodesFor(pods), Changes: s.Changes, Rounds: s.Rounds, Idle: s.Idle}
+	logger := s.Logger.WithValues("pods", pods, "nodes", r.Nodes)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	logger.Info("Writing the world")
+	started := time.Now()
+	w, err := newWorld(pods, r.Nodes, 1+s.Changes)
+	if err != nil {
+		return r, err
+	}
+	if _, err := sim.StartKubeletOn(ctx, w.store.NewClient(fakeapi.ClientOptions{Name: "kubelet"}).Interface(),
+		sim.KubeletOptions{Nodes: w.nodes, Workers: s.KubeletWorkers}); err != nil {
+		return r, fmt.Errorf("starting the simulated kubelet: %w", err)
+	}
+	if _, err := sim.StartAttacherOn(ctx, w.store.NewClient(fakeapi.ClientOptions{Name: "external-attacher"}).Interface(),
+		sim.AttacherOptions{Drivers: []string{driver}, Workers: s.AttacherWorkers}); err != nil {
+		return r, fmt.Errorf("starting the simulated external-attacher: %w", err)
+	}
+	baseline := liveHeap()
+	logger.Info("World written, agents running", "duration", time.Since(started), "heapMiB", baseline>>20)
+	peak := samplePeakHeap(ctx)
+
+	// Start-up: a pod for a volume never attached is created, then the
+	// controller starts.
+	probe := pods
+	probeVA := w.watch(probe)
+	if err := w.create(w.pod(probe)); err != nil {
+		return r, err
+	}
+	prof, err := startCPUProfile(s.profileFile(pods, "startup"))
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	ready := make(chan time.Time, 1)
+	c := startController(ctx, logger.WithName("controller"), w.store, func() { ready <- time.Now() })
+	defer c.stop()
+	if err := c.waitFor(ctx, s.Timeout, "the controller ready", func() bool { return len(ready) > 0 }); err != nil {
+		return r, err
+	}
+	r.Ready = (<-ready).Sub(start)
+	if err := c.waitFor(ctx, s.Timeout, "the probe's VolumeAttachment", func() bool {
+		_, ok := w.created(probeVA)
+		return ok
+	}); err != nil {
+		return r, err
+	}
+	at, _ := w.created(probeVA)
+	r.FirstDecision = at.Sub(start)
+	if err := c.waitFor(ctx, s.Timeout, "the probe in node status and the reconcile queue empty", func() bool {
+		attached, _ := w.progress(probe, probe+1)
+		return attached == 1 && c.settled()
+	}); err != nil {
+		return r, err
+	}
+	r.StartUp = time.Since(start)
+	if r.StartUpCPU, err = prof.stop(); err != nil {
+		return r, err
+	}
+	r.HeapPerVolume = float64(int64(liveHeap())-int64(baseline)) / float64(pods+1)
+	logger.Info("Started", "ready", r.Ready, "firstDecision", r.FirstDecision, "settled", r.StartUp,
+		"cpu", r.StartUpCPU.Controller, "fakeAPICPU", r.StartUpCPU.FakeAPI, "otherCPU", r.StartUpCPU.Other,
+		"heapPerVolumeKiB", r.HeapPerVolume/1024)
+
+	// Attach, then detach, the spare volumes, Rounds times.
+	first, end := probe+1, probe+1+s.Changes
+	for round := 1; round <= s.Rounds; round++ {
+		took, use, err := s.phase(ctx, c, fmt.Sprintf("attach-%d", round), pods, func() error {
+			for i := first; i < end; i++ {
+				if err := w.create(w.pod(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func() bool { attached, _ := w.progress(first, end); return attached == end-first })
+		if err != nil {
+			return r, err
+		}
+		r.Attach += took
+		r.AttachCPU = r.AttachCPU.add(use)
+		logger.Info("Attached", "round", round, "volumes", s.Changes, "duration", took, "cpu", use.Controller,
+			"fakeAPICPU", use.FakeAPI, "otherCPU", use.Other, "periodicPass", use.Resync)
+		took, use, err = s.phase(ctx, c, fmt.Sprintf("detach-%d", round), pods, func() error {
+			for i := first; i < end; i++ {
+				if err := w.store.Delete(setupActor, fakeapi.Ref{Resource: fakeapi.Pods, Namespace: namespace, Name: w.pod(i).Name}); err != nil {
+					return fmt.Errorf("deleting pod %d: %w", i, err)
+				}
+			}
+			return nil
+		}, func() bool { _, detached := w.progress(first, end); return detached == end-first })
+		if err != nil {
+			return r, err
+		}
+		r.Detach += took
+		r.DetachCPU = r.DetachCPU.add(use)
+		logger.Info("Detached", "round", round, "volumes", s.Changes, "duration", took, "cpu", use.Controller,
+			"fakeAPICPU", use.FakeAPI, "otherCPU", use.Other, "periodicPass", use.Resync)
+	}
+
+	// Idle, every volume attached.
+	if prof, err = startCPUProfile(s.profileFile(pods, "idle")); err != nil {
+		return r, err
+	}
+	select {
+	case <-ctx.Done():
+		return r, ctx.Err()
+	case <-time.After(s.Idle):
+	}
+	if r.IdleCPU, err = prof.stop(); err != nil {
+		return r, err
+	}
+	r.PeakHeap = uint64(max(0, int64(peak())-int64(baseline)))
+	logger.Info("Idle", "duration", s.Idle, "cpu", r.IdleCPU.Controller, "fakeAPICPU", r.IdleCPU.FakeAPI,
+		"otherCPU", r.IdleCPU.Other, "periodicPass", r.IdleCPU.Resync, "peakHeapMiB", r.PeakHeap>>20)
+	return r, c.stop()
+}
+
+// phase profiles the CPU from do until done holds.
+func (s suite) phase(ctx context.Context, c *running, name string, pods int, do func() error, done func() bool) (time.Duration, cpuUse, error) {
+	prof, err := startCPUProfile(s.profileFile(pods, name))
+	if err != nil {
+		return 0, cpuUse{}, err
+	}
+	start := time.Now()
+	err = do()
+	if err == nil {
+		err = c.waitFor(ctx, s.Timeout, name+" done", done)
+	}
+	took := time.Since(start)
+	use, stopErr := prof.stop()
+	if err == nil {
+		err = stopErr
+	}
+	return took, use, err
+}
+
+func (s suite) profileFile(pods int, phase string) string {
+	if s.ProfileDir == "" {
+		return ""
+	}
+	return filepath.Join(s.ProfileDir, fmt.Sprintf("cpu-%d-pods-%s.pprof", pods, phase))
+}
+
+// running is a controller started by startController.
+type running struct {
+	metrics *metrics.Metrics
+	cancel  context.CancelFunc
+	done    chan struct{}
+	// err is what Run returned, once done is closed.
+	err error
+}
+
+// startController runs the controller, with its defaults, on a client of its
+// own; its goroutines carry the controller's pprof label.
+func startController(ctx context.Context, logger klog.Logger, store *fakeapi.Store, onReady func()) *running {
+	api := store.NewClient(fakeapi.ClientOptions{Name: controllerName}).Interface()
+	c := &running{metrics: metrics.New(), done: make(chan struct{})}
+	ctx, c.cancel = context.WithCancel(klog.NewContext(ctx, logger))
+	go withControllerLabel(ctx, func(ctx context.Context) {
+		defer close(c.done)
+		factory := controller.NewInformerFactory(api)
+		defer factory.Shutdown()
+		ctrl, err := controller.New(controller.Clients{API: api, NodeStatus: api}, factory, &record.FakeRecorder{}, c.metrics, controller.DefaultOptions())
+		if err != nil {
+			c.err = fmt.Errorf("building the controller: %w", err)
+			return
+		}
+		if err := ctrl.Run(ctx, onReady); err != nil {
+			c.err = fmt.Errorf("the controller stopped: %w", err)
+		}
+	})
+	return c
+}
+
+// stop stops the controller and returns what Run returned.
+func (c *running) stop() error {
+	c.cancel()
+	<-c.done
+	return c.err
+}
+
+// waitFor polls cond until it holds, failing if the controller stops first or
+// timeout passes.
+func (c *running) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return fmt.Errorf("waiting for %s: the controller stopped: %v", what, c.err)
+		case <-deadline:
+			return fmt.Errorf("waiting for %s: not within %s", what, timeout)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// reconcileQueueMetric is the controller's gauge of volumes waiting to be
+// reconciled.
+const reconcileQueueMetric = "attachdetach_controller_reconcile_queue_length"
+
+// settled tells whether the controller's reconcile queue is empty.
+func (c *running) settled() bool {
+	families, err := c.metrics.Registry.Gather()
+	if err != nil {
+		return false
+	}
+	for _, f := range families {
+		if f.GetName() == reconcileQueueMetric {
+			return len(f.GetMetric()) == 1 && f.GetMetric()[0].GetGauge().GetValue() == 0
+		}
+	}
+	return false
+}
+
+// liveHeap returns the heap's live bytes, right after a garbage collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// heapObjectsMetric is the heap in use by objects, live or not yet collected.
+const heapObjectsMetric = "/memory/classes/heap/objects:bytes"
+
+// samplePeakHeap samples the heap in use every 20 ms until ctx ends, and
+// returns a function reading the highest sample so far.
+func samplePeakHeap(ctx context.Context) func() uint64 {
+	var peak atomic.Uint64
+	sample := []rtmetrics.Sample{{Name: heapObjectsMetric}}
+	read := func() {
+		rtmetrics.Read(sample)
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+	}
+	read()
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				read()
+			}
+		}
+	}()
+	return peak.Load
+}
