@@ -46,8 +46,8 @@ type result struct {
 	// Ready is from the start to the state rebuilt (Run's onReady);
 	// FirstDecision to the start-up probe's VolumeAttachment created.
 	Ready, FirstDecision time.Duration
-	// StartUp is from the start to settled: the probe in node status and the
-	// reconcile queue empty. StartUpCPU is the CPU over that time.
+	// StartUp is from the start to settled: the probe in node status, then
+	// nothing left to do (see settle). StartUpCPU is the CPU over that time.
 	StartUp    time.Duration
 	StartUpCPU cpuUse
 	// HeapPerVolume is the live heap (after a GC) once settled, per attached
@@ -57,7 +57,7 @@ type result struct {
 	PeakHeap      uint64
 	// Changes pods were created, then deleted, Rounds times: Attach and Detach
 	// are the wall times until every volume was attached (in node status), then
-	// detached, summed over the rounds.
+	// detached, summed over the rounds; their CPU runs until settled.
 	Changes, Rounds      int
 	Attach, Detach       time.Duration
 	AttachCPU, DetachCPU cpuUse
@@ -136,13 +136,17 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	}
 	at, _ := w.created(probeVA)
 	r.FirstDecision = at.Sub(start)
-	if err := c.waitFor(ctx, s.Timeout, "the probe in node status and the reconcile queue empty", func() bool {
+	if err := c.waitFor(ctx, s.Timeout, "the probe in node status", func() bool {
 		attached, _ := w.progress(probe, probe+1)
-		return attached == 1 && c.settled()
+		return attached == 1
 	}); err != nil {
 		return r, err
 	}
-	r.StartUp = time.Since(start)
+	settled, err := c.settle(ctx, s.Timeout)
+	if err != nil {
+		return r, err
+	}
+	r.StartUp = settled.Sub(start)
 	if r.StartUpCPU, err = prof.stop(); err != nil {
 		return r, err
 	}
@@ -204,7 +208,8 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	return r, c.stop()
 }
 
-// phase profiles the CPU from do until done holds.
+// phase profiles the CPU from do until the controller settled once done holds,
+// and returns the time until done held.
 func (s suite) phase(ctx context.Context, c *running, name string, pods int, do func() error, done func() bool) (time.Duration, cpuUse, error) {
 	prof, err := startCPUProfile(s.profileFile(pods, name))
 	if err != nil {
@@ -216,6 +221,9 @@ func (s suite) phase(ctx context.Context, c *running, name string, pods int, do 
 		err = c.waitFor(ctx, s.Timeout, name+" done", done)
 	}
 	took := time.Since(start)
+	if err == nil {
+		_, err = c.settle(ctx, s.Timeout)
+	}
 	use, stopErr := prof.stop()
 	if err == nil {
 		err = stopErr
@@ -292,8 +300,50 @@ func (c *running) waitFor(ctx context.Context, timeout time.Duration, what strin
 // reconciled.
 const reconcileQueueMetric = "attachdetach_controller_reconcile_queue_length"
 
-// settled tells whether the controller's reconcile queue is empty.
-func (c *running) settled() bool {
+// quietPolls is how many polls in a row must find the controller settled.
+const quietPolls = 10
+
+// settle waits until the controller has nothing left to do: its reconcile queue
+// empty and no goroutine of the process running or runnable but the one
+// polling, quietPolls polls in a row. The simulated agents have nothing to do
+// either once the controller writes nothing. It returns when the quiet polls
+// began.
+func (c *running) settle(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	quiet := 0
+	var since time.Time
+	err := c.waitFor(ctx, timeout, "the controller settled", func() bool {
+		if !c.queueEmpty() || busyGoroutines() > 1 {
+			quiet = 0
+			return false
+		}
+		if quiet == 0 {
+			since = time.Now()
+		}
+		quiet++
+		return quiet >= quietPolls
+	})
+	return since, err
+}
+
+// The scheduler's counts of goroutines running and waiting to run.
+var busyMetrics = []string{"/sched/goroutines/running:goroutines", "/sched/goroutines/runnable:goroutines"}
+
+// busyGoroutines returns how many goroutines run or wait to run.
+func busyGoroutines() uint64 {
+	samples := make([]rtmetrics.Sample, len(busyMetrics))
+	for i, name := range busyMetrics {
+		samples[i].Name = name
+	}
+	rtmetrics.Read(samples)
+	var n uint64
+	for _, s := range samples {
+		n += s.Value.Uint64()
+	}
+	return n
+}
+
+// queueEmpty tells whether the controller's reconcile queue is empty.
+func (c *running) queueEmpty() bool {
 	families, err := c.metrics.Registry.Gather()
 	if err != nil {
 		return false
