@@ -52,7 +52,9 @@ type result struct {
 	StartUpCPU cpuUse
 	// HeapPerVolume is the live heap (after a GC) once settled, per attached
 	// volume; PeakHeap the highest heap in use (live and not yet collected)
-	// sampled from the start to the end of the idle window.
+	// sampled from the start to settled. The garbage in it is what the
+	// collector's pacer let build up on the whole process's heap, the world's
+	// included: an upper bound of the controller's in a process of its own.
 	HeapPerVolume float64
 	PeakHeap      uint64
 	// Changes pods were created, then deleted, Rounds times: Attach and Detach
@@ -107,7 +109,6 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	}
 	baseline := liveHeap()
 	logger.Info("World written, agents running", "duration", time.Since(started), "heapMiB", baseline>>20)
-	peak := samplePeakHeap(ctx)
 
 	// Start-up: a pod for a volume never attached is created, then the
 	// controller starts.
@@ -120,6 +121,9 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	if err != nil {
 		return r, err
 	}
+	peakCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	peak := samplePeakHeap(peakCtx)
 	start := time.Now()
 	ready := make(chan time.Time, 1)
 	c := startController(ctx, logger.WithName("controller"), w.store, func() { ready <- time.Now() })
@@ -147,13 +151,15 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 		return r, err
 	}
 	r.StartUp = settled.Sub(start)
+	stopSampling()
+	r.PeakHeap = uint64(max(0, int64(peak())-int64(baseline)))
 	if r.StartUpCPU, err = prof.stop(); err != nil {
 		return r, err
 	}
 	r.HeapPerVolume = float64(int64(liveHeap())-int64(baseline)) / float64(pods+1)
 	logger.Info("Started", "ready", r.Ready, "firstDecision", r.FirstDecision, "settled", r.StartUp,
 		"cpu", r.StartUpCPU.Controller, "fakeAPICPU", r.StartUpCPU.FakeAPI, "otherCPU", r.StartUpCPU.Other,
-		"heapPerVolumeKiB", r.HeapPerVolume/1024)
+		"heapPerVolumeKiB", r.HeapPerVolume/1024, "peakHeapMiB", r.PeakHeap>>20)
 
 	// Attach, then detach, the spare volumes, Rounds times.
 	first, end := probe+1, probe+1+s.Changes
@@ -202,9 +208,8 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	if r.IdleCPU, err = prof.stop(); err != nil {
 		return r, err
 	}
-	r.PeakHeap = uint64(max(0, int64(peak())-int64(baseline)))
 	logger.Info("Idle", "duration", s.Idle, "cpu", r.IdleCPU.Controller, "fakeAPICPU", r.IdleCPU.FakeAPI,
-		"otherCPU", r.IdleCPU.Other, "periodicPass", r.IdleCPU.Resync, "peakHeapMiB", r.PeakHeap>>20)
+		"otherCPU", r.IdleCPU.Other, "periodicPass", r.IdleCPU.Resync)
 	return r, c.stop()
 }
 

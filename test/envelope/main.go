@@ -26,7 +26,7 @@
 // profile of each phase is summed over the labelled samples outside the fake
 // API's functions. Heap is measured above the world's and the agents' before the
 // controller started: the live heap after a GC once settled, per volume, and the
-// highest heap in use sampled every 20 ms. It prints a Markdown table, and with
+// highest heap in use sampled every 20 ms during start-up. It prints a Markdown table, and with
 // -out writes it to a file.
 package main
 

@@ -26,7 +26,7 @@ func perMinute(cpu, window time.Duration) float64 {
 // writeTable writes the results as a Markdown table, and under it the phases in
 // which the controller's periodic pass ran besides the attaches or detaches.
 func writeTable(w io.Writer, results []result) {
-	fmt.Fprintln(w, "| pods | nodes | ready | first decision | start-up to settled (CPU s) | idle CPU (s per minute) | heap per volume | peak heap | CPU s per 1,000 attaches | CPU s per 1,000 detaches |")
+	fmt.Fprintln(w, "| pods | nodes | ready | first decision | start-up to settled (CPU s) | idle CPU (s per minute) | heap per volume | start-up peak heap | CPU s per 1,000 attaches | CPU s per 1,000 detaches |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, r := range results {
