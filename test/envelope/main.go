@@ -19,7 +19,8 @@
 //   - attach: -changes pods created for new volumes, until every volume is in
 //     its node's status;
 //   - detach: those pods deleted, until every VolumeAttachment is gone and node
-//     status no longer lists them; attach and detach again, -rounds in all;
+//     status no longer lists them; attach and detach again, -rounds in all, a
+//     round in which the controller's periodic pass ran measured again;
 //   - idle: -idle with every volume attached.
 //
 // CPU is the controller's alone: its goroutines carry a pprof label, and a CPU

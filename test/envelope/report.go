@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
 )
 
@@ -23,29 +22,15 @@ func perMinute(cpu, window time.Duration) float64 {
 	return cpu.Seconds() * float64(time.Minute) / float64(window)
 }
 
-// writeTable writes the results as a Markdown table, and under it the phases in
-// which the controller's periodic pass ran besides the attaches or detaches.
+// writeTable writes the results as a Markdown table.
 func writeTable(w io.Writer, results []result) {
 	fmt.Fprintln(w, "| pods | nodes | ready | first decision | start-up to settled (CPU s) | idle CPU (s per minute) | heap per volume | start-up peak heap | CPU s per 1,000 attaches | CPU s per 1,000 detaches |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var notes []string
 	for _, r := range results {
 		fmt.Fprintf(w, "| %d | %d | %s | %s | %s (%.2f) | %.3f | %.1f KiB | %.0f MiB | %.2f | %.2f |\n",
 			r.Pods, r.Nodes, seconds(r.Ready), seconds(r.FirstDecision), seconds(r.StartUp), r.StartUpCPU.Controller.Seconds(),
 			perMinute(r.IdleCPU.Controller, r.Idle), r.HeapPerVolume/1024, float64(r.PeakHeap)/(1<<20),
 			perThousand(r.AttachCPU.Controller, r.Changes*r.Rounds), perThousand(r.DetachCPU.Controller, r.Changes*r.Rounds))
-		for _, p := range []struct {
-			name string
-			use  cpuUse
-		}{{"attach", r.AttachCPU}, {"detach", r.DetachCPU}} {
-			if p.use.Resync {
-				notes = append(notes, fmt.Sprintf("%d pods: the periodic pass ran during the %s phase; its CPU is in the figure.", r.Pods, p.name))
-			}
-		}
-	}
-	if len(notes) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, strings.Join(notes, "\n"))
 	}
 }
 
