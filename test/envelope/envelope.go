@@ -108,6 +108,10 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 		sim.AttacherOptions{Drivers: []string{driver}, Workers: s.AttacherWorkers}); err != nil {
 		return r, fmt.Errorf("starting the simulated external-attacher: %w", err)
 	}
+	// The agents go through every node and VolumeAttachment once started.
+	if err := poll(ctx, s.Timeout, "the agents idle", nil, nil, quiet(func() bool { return true }, new(time.Time))); err != nil {
+		return r, err
+	}
 	baseline := liveHeap()
 	logger.Info("World written, agents running", "duration", time.Since(started), "heapMiB", baseline>>20)
 
@@ -313,6 +317,12 @@ func (c *running) stop() error {
 // waitFor polls cond until it holds, failing if the controller stops first or
 // timeout passes.
 func (c *running) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	return poll(ctx, timeout, what, c.done, func() error { return fmt.Errorf("the controller stopped: %v", c.err) }, cond)
+}
+
+// poll polls cond every 50 ms until it holds, failing with stopErr once stopped
+// is closed (never if nil), or once timeout passed.
+func poll(ctx context.Context, timeout time.Duration, what string, stopped <-chan struct{}, stopErr func() error, cond func() bool) error {
 	deadline := time.After(timeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -320,8 +330,8 @@ func (c *running) waitFor(ctx context.Context, timeout time.Duration, what strin
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.done:
-			return fmt.Errorf("waiting for %s: the controller stopped: %v", what, c.err)
+		case <-stopped:
+			return fmt.Errorf("waiting for %s: %w", what, stopErr())
 		case <-deadline:
 			return fmt.Errorf("waiting for %s: not within %s", what, timeout)
 		case <-tick.C:
@@ -334,29 +344,35 @@ func (c *running) waitFor(ctx context.Context, timeout time.Duration, what strin
 // reconciled.
 const reconcileQueueMetric = "attachdetach_controller_reconcile_queue_length"
 
-// quietPolls is how many polls in a row must find the controller settled.
+// quietPolls is how many polls in a row must find the process quiet.
 const quietPolls = 10
 
 // settle waits until the controller has nothing left to do: its reconcile queue
-// empty and no goroutine of the process running or runnable but the one
-// polling, quietPolls polls in a row. The simulated agents have nothing to do
-// either once the controller writes nothing. It returns when the quiet polls
+// empty and the process quiet (see quiet). The simulated agents have nothing to
+// do either once the controller writes nothing. It returns when the quiet
 // began.
 func (c *running) settle(ctx context.Context, timeout time.Duration) (time.Time, error) {
-	quiet := 0
 	var since time.Time
-	err := c.waitFor(ctx, timeout, "the controller settled", func() bool {
-		if !c.queueEmpty() || busyGoroutines() > 1 {
-			quiet = 0
+	err := c.waitFor(ctx, timeout, "the controller settled", quiet(c.queueEmpty, &since))
+	return since, err
+}
+
+// quiet returns a condition to poll that holds once, quietPolls polls in a row,
+// also held and no goroutine of the process but the polling one ran or waited
+// to run; since is set to the first of those polls.
+func quiet(also func() bool, since *time.Time) func() bool {
+	n := 0
+	return func() bool {
+		if !also() || busyGoroutines() > 1 {
+			n = 0
 			return false
 		}
-		if quiet == 0 {
-			since = time.Now()
+		if n == 0 {
+			*since = time.Now()
 		}
-		quiet++
-		return quiet >= quietPolls
-	})
-	return since, err
+		n++
+		return n >= quietPolls
+	}
 }
 
 // The scheduler's counts of goroutines running and waiting to run.
