@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	rtmetrics "runtime/metrics"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -162,6 +165,9 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 		return r, err
 	}
 	r.HeapPerVolume = float64(int64(liveHeap())-int64(baseline)) / float64(pods+1)
+	if err := s.writeHeapProfile(pods); err != nil {
+		return r, err
+	}
 	logger.Info("Started", "ready", r.Ready, "firstDecision", r.FirstDecision, "settled", r.StartUp,
 		"cpu", r.StartUpCPU.Controller, "fakeAPICPU", r.StartUpCPU.FakeAPI, "otherCPU", r.StartUpCPU.Other,
 		"heapPerVolumeKiB", r.HeapPerVolume/1024, "peakHeapMiB", r.PeakHeap>>20)
@@ -274,6 +280,22 @@ func (s suite) profileFile(pods int, phase string) string {
 		return ""
 	}
 	return filepath.Join(s.ProfileDir, fmt.Sprintf("cpu-%d-pods-%s.pprof", pods, phase))
+}
+
+// writeHeapProfile writes the heap profile as of the last garbage collection
+// into ProfileDir, if set: heap-<pods>-pods-settled.pprof.
+func (s suite) writeHeapProfile(pods int) error {
+	if s.ProfileDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(s.ProfileDir, 0o755); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := pprof.WriteHeapProfile(&buf); err != nil {
+		return fmt.Errorf("taking the heap profile: %w", err)
+	}
+	return os.WriteFile(filepath.Join(s.ProfileDir, fmt.Sprintf("heap-%d-pods-settled.pprof", pods)), buf.Bytes(), 0o644)
 }
 
 // running is a controller started by startController.

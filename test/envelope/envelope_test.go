@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -49,6 +51,11 @@ func TestSmallRun(t *testing.T) {
 	}
 	if r.HeapPerVolume <= 0 || r.PeakHeap == 0 {
 		t.Errorf("heap per volume %.0f bytes, peak %d bytes above the world's, want both positive", r.HeapPerVolume, r.PeakHeap)
+	}
+	for _, name := range []string{"cpu-300-pods-startup.pprof", "cpu-300-pods-attach-1.pprof", "cpu-300-pods-detach-2.pprof", "cpu-300-pods-idle.pprof", "heap-300-pods-settled.pprof"} {
+		if _, err := os.Stat(filepath.Join(s.ProfileDir, name)); err != nil {
+			t.Errorf("profile not written: %v", err)
+		}
 	}
 	// About 0.1 s of the controller's CPU in all: ten samples or so.
 	if cpu := r.StartUpCPU.add(r.AttachCPU).add(r.DetachCPU); cpu.Controller <= 0 {

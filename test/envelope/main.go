@@ -64,7 +64,7 @@ func mainErr() error {
 	flag.IntVar(&s.Rounds, "rounds", 1, "Times the attach and detach phases run, one after the other, for more CPU samples at the same size.")
 	flag.DurationVar(&s.Idle, "idle", time.Minute, "Idle window with every volume attached; a minute holds one periodic pass (--attach-detach-reconcile-sync-period's default).")
 	flag.DurationVar(&s.Timeout, "timeout", 15*time.Minute, "Limit on each wait: start-up, settling, attach, detach.")
-	flag.StringVar(&s.ProfileDir, "profiles", "", "Directory to write each phase's CPU profile to (cpu-<pods>-pods-<phase>.pprof); the controller's samples carry the label component=controller.")
+	flag.StringVar(&s.ProfileDir, "profiles", "", "Directory to write each phase's CPU profile to (cpu-<pods>-pods-<phase>.pprof; the controller's samples carry the label component=controller), and the heap profile once start-up settled (heap-<pods>-pods-settled.pprof).")
 	flag.IntVar(&s.KubeletWorkers, "kubelet-workers", 16, "Nodes the simulated kubelet syncs in parallel.")
 	flag.IntVar(&s.AttacherWorkers, "attacher-workers", 64, "VolumeAttachments the simulated external-attacher handles in parallel.")
 	flag.Parse()
