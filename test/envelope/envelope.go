@@ -118,16 +118,36 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	baseline := liveHeap()
 	logger.Info("World written, agents running", "duration", time.Since(started), "heapMiB", baseline>>20)
 
-	// Start-up: a pod for a volume never attached is created, then the
-	// controller starts.
-	probe := pods
-	probeVA := w.watch(probe)
-	if err := w.create(w.pod(probe)); err != nil {
-		return r, err
+	c, err := s.startUp(ctx, logger, w, baseline, &r)
+	if c != nil {
+		defer c.stop()
 	}
-	prof, err := startCPUProfile(s.profileFile(pods, "startup"))
 	if err != nil {
 		return r, err
+	}
+	if err := s.rounds(ctx, logger, c, w, &r); err != nil {
+		return r, err
+	}
+	if r.IdleCPU, err = s.idle(ctx, pods); err != nil {
+		return r, err
+	}
+	logger.Info("Idle", "duration", s.Idle, "cpu", r.IdleCPU.Controller, "fakeAPICPU", r.IdleCPU.FakeAPI,
+		"otherCPU", r.IdleCPU.Other, "periodicPass", r.IdleCPU.Resync)
+	return r, c.stop()
+}
+
+// startUp creates a pod for a volume never attached (the probe), starts the
+// controller and measures its start-up into r. It returns the controller once
+// started, even with an error.
+func (s suite) startUp(ctx context.Context, logger klog.Logger, w *world, baseline uint64, r *result) (*running, error) {
+	probe := r.Pods
+	probeVA := w.watch(probe)
+	if err := w.create(w.pod(probe)); err != nil {
+		return nil, err
+	}
+	prof, err := startCPUProfile(s.profileFile(r.Pods, "startup"))
+	if err != nil {
+		return nil, err
 	}
 	peakCtx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
@@ -135,16 +155,41 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 	start := time.Now()
 	ready := make(chan time.Time, 1)
 	c := startController(ctx, logger.WithName("controller"), w.store, func() { ready <- time.Now() })
-	defer c.stop()
+	settled, err := s.waitStarted(ctx, c, w, ready, probe, probeVA, start, r)
+	r.StartUp = settled.Sub(start)
+	stopSampling()
+	r.PeakHeap = uint64(max(0, int64(peak())-int64(baseline)))
+	use, stopErr := prof.stop()
+	if err != nil {
+		return c, err
+	}
+	if stopErr != nil {
+		return c, stopErr
+	}
+	r.StartUpCPU = use
+	r.HeapPerVolume = float64(int64(liveHeap())-int64(baseline)) / float64(r.Pods+1)
+	if err := s.writeHeapProfile(r.Pods); err != nil {
+		return c, err
+	}
+	logger.Info("Started", "ready", r.Ready, "firstDecision", r.FirstDecision, "settled", r.StartUp,
+		"cpu", r.StartUpCPU.Controller, "fakeAPICPU", r.StartUpCPU.FakeAPI, "otherCPU", r.StartUpCPU.Other,
+		"heapPerVolumeKiB", r.HeapPerVolume/1024, "peakHeapMiB", r.PeakHeap>>20)
+	return c, nil
+}
+
+// waitStarted waits for the controller ready, its first decision (the probe's
+// VolumeAttachment created), the probe in node status and then the controller
+// settled; it records the first two in r and returns when it settled.
+func (s suite) waitStarted(ctx context.Context, c *running, w *world, ready <-chan time.Time, probe int, probeVA string, start time.Time, r *result) (time.Time, error) {
 	if err := c.waitFor(ctx, s.Timeout, "the controller ready", func() bool { return len(ready) > 0 }); err != nil {
-		return r, err
+		return time.Time{}, err
 	}
 	r.Ready = (<-ready).Sub(start)
 	if err := c.waitFor(ctx, s.Timeout, "the probe's VolumeAttachment", func() bool {
 		_, ok := w.created(probeVA)
 		return ok
 	}); err != nil {
-		return r, err
+		return time.Time{}, err
 	}
 	at, _ := w.created(probeVA)
 	r.FirstDecision = at.Sub(start)
@@ -152,36 +197,22 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 		attached, _ := w.progress(probe, probe+1)
 		return attached == 1
 	}); err != nil {
-		return r, err
+		return time.Time{}, err
 	}
-	settled, err := c.settle(ctx, s.Timeout)
-	if err != nil {
-		return r, err
-	}
-	r.StartUp = settled.Sub(start)
-	stopSampling()
-	r.PeakHeap = uint64(max(0, int64(peak())-int64(baseline)))
-	if r.StartUpCPU, err = prof.stop(); err != nil {
-		return r, err
-	}
-	r.HeapPerVolume = float64(int64(liveHeap())-int64(baseline)) / float64(pods+1)
-	if err := s.writeHeapProfile(pods); err != nil {
-		return r, err
-	}
-	logger.Info("Started", "ready", r.Ready, "firstDecision", r.FirstDecision, "settled", r.StartUp,
-		"cpu", r.StartUpCPU.Controller, "fakeAPICPU", r.StartUpCPU.FakeAPI, "otherCPU", r.StartUpCPU.Other,
-		"heapPerVolumeKiB", r.HeapPerVolume/1024, "peakHeapMiB", r.PeakHeap>>20)
+	return c.settle(ctx, s.Timeout)
+}
 
-	// Attach, then detach, the spare volumes, Rounds times; a round in which
-	// the periodic pass ran is measured again.
-	first, end := probe+1, probe+1+s.Changes
+// rounds attaches, then detaches, the spare volumes but the probe's, Rounds
+// times, into r; a round in which the periodic pass ran is measured again.
+func (s suite) rounds(ctx context.Context, logger klog.Logger, c *running, w *world, r *result) error {
+	first, end := r.Pods+1, r.Pods+1+s.Changes
 	for counted, n := 0, 1; counted < s.Rounds; n++ {
 		if n > s.Rounds+maxRepeatedRounds {
-			return r, fmt.Errorf("the periodic pass ran in %d of %d rounds of attaches and detaches", n-1-counted, n-1)
+			return fmt.Errorf("the periodic pass ran in %d of %d rounds of attaches and detaches", n-1-counted, n-1)
 		}
-		rd, err := s.round(ctx, c, w, pods, n, first, end)
+		rd, err := s.round(ctx, c, w, r.Pods, n, first, end)
 		if err != nil {
-			return r, err
+			return err
 		}
 		repeat := rd.attachCPU.Resync || rd.detachCPU.Resync
 		logger.Info("Attached and detached", "round", n, "volumes", s.Changes,
@@ -197,22 +228,25 @@ func (s suite) measure(ctx context.Context, pods int) (result, error) {
 		r.AttachCPU = r.AttachCPU.add(rd.attachCPU)
 		r.DetachCPU = r.DetachCPU.add(rd.detachCPU)
 	}
+	return nil
+}
 
-	// Idle, every volume attached.
-	if prof, err = startCPUProfile(s.profileFile(pods, "idle")); err != nil {
-		return r, err
+// idle profiles the CPU over the idle window.
+func (s suite) idle(ctx context.Context, pods int) (cpuUse, error) {
+	prof, err := startCPUProfile(s.profileFile(pods, "idle"))
+	if err != nil {
+		return cpuUse{}, err
 	}
 	select {
 	case <-ctx.Done():
-		return r, ctx.Err()
+		err = ctx.Err()
 	case <-time.After(s.Idle):
 	}
-	if r.IdleCPU, err = prof.stop(); err != nil {
-		return r, err
+	use, stopErr := prof.stop()
+	if err != nil {
+		return use, err
 	}
-	logger.Info("Idle", "duration", s.Idle, "cpu", r.IdleCPU.Controller, "fakeAPICPU", r.IdleCPU.FakeAPI,
-		"otherCPU", r.IdleCPU.Other, "periodicPass", r.IdleCPU.Resync)
-	return r, c.stop()
+	return use, stopErr
 }
 
 // maxRepeatedRounds bounds the rounds measured again because the periodic pass
