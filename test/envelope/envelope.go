@@ -419,7 +419,9 @@ func (c *running) settle(ctx context.Context, timeout time.Duration) (time.Time,
 func quiet(also func() bool, since *time.Time) func() bool {
 	n := 0
 	return func() bool {
-		if !also() || busyGoroutines() > 1 {
+		// also may be dear (the controller's metrics gather its whole
+		// state): it is asked only once the process is quiet.
+		if busyGoroutines() > 1 || !also() {
 			n = 0
 			return false
 		}
