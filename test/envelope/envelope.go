@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,6 +35,9 @@ type suite struct {
 	Idle time.Duration
 	// Timeout bounds each wait: start-up, settling, attach, detach.
 	Timeout time.Duration
+	// PassWait, if not 0, bounds the wait for the periodic pass before each
+	// round of attaches and detaches.
+	PassWait time.Duration
 	// ProfileDir, if set, receives each phase's CPU profile.
 	ProfileDir string
 	// Workers are the simulated kubelet's and external-attacher's.
@@ -210,6 +214,9 @@ func (s suite) rounds(ctx context.Context, logger klog.Logger, c *running, w *wo
 		if n > s.Rounds+maxRepeatedRounds {
 			return fmt.Errorf("the periodic pass ran in %d of %d rounds of attaches and detaches", n-1-counted, n-1)
 		}
+		if err := c.awaitPeriodicPass(ctx, s.PassWait, s.Timeout); err != nil {
+			return err
+		}
 		rd, err := s.round(ctx, c, w, r.Pods, n, first, end)
 		if err != nil {
 			return err
@@ -250,7 +257,8 @@ func (s suite) idle(ctx context.Context, pods int) (cpuUse, error) {
 }
 
 // maxRepeatedRounds bounds the rounds measured again because the periodic pass
-// ran in them: it runs once a minute, a round takes seconds.
+// ran in them: each starts right after a pass (awaitPeriodicPass), and the next
+// comes a minute later.
 const maxRepeatedRounds = 3
 
 // round is one round of attaches and detaches.
@@ -389,11 +397,38 @@ func poll(ctx context.Context, timeout time.Duration, what string, stopped <-cha
 		case <-stopped:
 			return fmt.Errorf("waiting for %s: %w", what, stopErr())
 		case <-deadline:
-			return fmt.Errorf("waiting for %s: not within %s", what, timeout)
+			return fmt.Errorf("waiting for %s: %w within %s", what, errTimedOut, timeout)
 		case <-tick.C:
 		}
 	}
 	return nil
+}
+
+// errTimedOut is what poll returns once its time is up.
+var errTimedOut = errors.New("not done")
+
+// awaitPeriodicPass waits, at most within (none if 0), for the controller's
+// periodic pass to come and go: the process busy, then settled again. A round
+// of attaches and detaches that starts then has a minute without the pass. A
+// pass too short to be seen costs too little to matter: the wait then ends
+// after within.
+func (c *running) awaitPeriodicPass(ctx context.Context, within, timeout time.Duration) error {
+	if within == 0 {
+		return nil
+	}
+	seen := false
+	err := c.waitFor(ctx, within, "the periodic pass", func() bool {
+		if busyGoroutines() > 1 {
+			seen = true
+			return false
+		}
+		return seen
+	})
+	if err != nil && !errors.Is(err, errTimedOut) {
+		return err
+	}
+	_, err = c.settle(ctx, timeout)
+	return err
 }
 
 // reconcileQueueMetric is the controller's gauge of volumes waiting to be

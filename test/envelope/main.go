@@ -19,8 +19,9 @@
 //   - attach: -changes pods created for new volumes, until every volume is in
 //     its node's status;
 //   - detach: those pods deleted, until every VolumeAttachment is gone and node
-//     status no longer lists them; attach and detach again, -rounds in all, a
-//     round in which the controller's periodic pass ran measured again;
+//     status no longer lists them; attach and detach again, -rounds in all, each
+//     round right after the controller's periodic pass (-pass-wait), a round in
+//     which the pass ran all the same measured again;
 //   - idle: -idle with every volume attached.
 //
 // CPU is the controller's alone: its goroutines carry a pprof label, and a CPU
@@ -63,6 +64,7 @@ func mainErr() error {
 	flag.IntVar(&s.Changes, "changes", 1000, "Pods created in the attach phase and deleted in the detach phase, each with a volume of its own.")
 	flag.IntVar(&s.Rounds, "rounds", 1, "Times the attach and detach phases run, one after the other, for more CPU samples at the same size.")
 	flag.DurationVar(&s.Idle, "idle", time.Minute, "Idle window with every volume attached; a minute holds one periodic pass (--attach-detach-reconcile-sync-period's default).")
+	flag.DurationVar(&s.PassWait, "pass-wait", time.Minute+10*time.Second, "Before each round of attaches and detaches, wait at most this long for the controller's periodic pass (every minute) to come and go, so that the round runs between two passes; 0 to start at once.")
 	flag.DurationVar(&s.Timeout, "timeout", 15*time.Minute, "Limit on each wait: start-up, settling, attach, detach.")
 	flag.StringVar(&s.ProfileDir, "profiles", "", "Directory to write each phase's CPU profile to (cpu-<pods>-pods-<phase>.pprof; the controller's samples carry the label component=controller), and the heap profile once start-up settled (heap-<pods>-pods-settled.pprof).")
 	flag.IntVar(&s.KubeletWorkers, "kubelet-workers", 16, "Nodes the simulated kubelet syncs in parallel.")
