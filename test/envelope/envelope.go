@@ -407,8 +407,13 @@ func poll(ctx context.Context, timeout time.Duration, what string, stopped <-cha
 // errTimedOut is what poll returns once its time is up.
 var errTimedOut = errors.New("not done")
 
+// passPolls is how many polls in a row must find the process busy for the
+// periodic pass to be seen: a goroutine woken for a moment is not it.
+const passPolls = 3
+
 // awaitPeriodicPass waits, at most within (none if 0), for the controller's
-// periodic pass to come and go: the process busy, then settled again. A round
+// periodic pass to come and go: the process busy (passPolls polls in a row),
+// then settled again. A round
 // of attaches and detaches that starts then has a minute without the pass. A
 // pass too short to be seen costs too little to matter: the wait then ends
 // after within.
@@ -416,12 +421,14 @@ func (c *running) awaitPeriodicPass(ctx context.Context, within, timeout time.Du
 	if within == 0 {
 		return nil
 	}
-	seen := false
+	busy, seen := 0, false
 	err := c.waitFor(ctx, within, "the periodic pass", func() bool {
 		if busyGoroutines() > 1 {
-			seen = true
+			busy++
+			seen = seen || busy >= passPolls
 			return false
 		}
+		busy = 0
 		return seen
 	})
 	if err != nil && !errors.Is(err, errTimedOut) {
