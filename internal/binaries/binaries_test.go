@@ -9,13 +9,14 @@ import (
 
 // testOnlyModules are modules only the tests and the local demo use: for the CSI
 // test driver and its registration with kubelet, the PromQL parser that checks the
-// alerting rules and the dashboard, the benchmark's charts, and the kubelet's
-// port-forward server that test/deploy stands in for a node with. The controller must
+// alerting rules and the dashboard, the benchmark's charts, the envelope's reading
+// of labelled CPU profiles, and the kubelet's port-forward server that test/deploy
+// stands in for a node with. The controller must
 // not link them. google.golang.org/grpc is not among them: k8s.io/apiserver's
 // delegating authenticator and authorizer, behind the HTTPS endpoint, link it
 // through the API server's egress selector (konnectivity), which the controller
 // never configures (docs/development.md).
-var testOnlyModules = []string{"github.com/container-storage-interface/spec", "k8s.io/kubelet", "github.com/prometheus/prometheus", "gonum.org/v1/plot", "k8s.io/cri-streaming"}
+var testOnlyModules = []string{"github.com/container-storage-interface/spec", "k8s.io/kubelet", "github.com/prometheus/prometheus", "gonum.org/v1/plot", "github.com/google/pprof", "k8s.io/cri-streaming"}
 
 func TestControllerLinksNoTestOnlyModule(t *testing.T) {
 	root, err := RepoRoot()
