@@ -96,10 +96,23 @@ func drawCharts(w io.Writer, dir string, runs []chartRun) error {
 	if err != nil {
 		return err
 	}
+	printCharts(w, dir, charts)
+	return nil
+}
+
+// printCharts writes a Markdown image line per chart, linking to dir as given.
+func printCharts(w io.Writer, dir string, charts []chart) {
 	for _, c := range charts {
 		fmt.Fprintf(w, "![%s](%s)\n", c.Title, path.Join(filepath.ToSlash(dir), c.File))
 	}
-	return nil
+}
+
+// saveChart draws c's plot, if p could be made, into dir.
+func saveChart(dir string, c chart, p *plot.Plot, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.File, err)
+	}
+	return saveSVG(p, filepath.Join(dir, c.File))
 }
 
 // redrawCharts draws the charts of a saved results.json, by default beside it.
@@ -180,10 +193,7 @@ func writeCharts(dir string, runs []chartRun) ([]chart, error) {
 		p, err := latencyPlot(c.Title, filterRuns(runs, func(r chartRun) bool {
 			return r.Volumes == size.volumes && r.Nodes == size.nodes
 		}), rates)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", c.File, err)
-		}
-		if err := saveSVG(p, filepath.Join(dir, c.File)); err != nil {
+		if err := saveChart(dir, c, p, err); err != nil {
 			return nil, err
 		}
 		charts = append(charts, c)
@@ -194,10 +204,7 @@ func writeCharts(dir string, runs []chartRun) ([]chart, error) {
 			c.Title += fmt.Sprintf(", %s nodes", thousands(nodes[0]))
 		}
 		p, err := scalePlot(c.Title, f, runs, rates)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", c.File, err)
-		}
-		if err := saveSVG(p, filepath.Join(dir, c.File)); err != nil {
+		if err := saveChart(dir, c, p, err); err != nil {
 			return nil, err
 		}
 		charts = append(charts, c)

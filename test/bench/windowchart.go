@@ -7,8 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -129,9 +127,7 @@ func drawWindowCharts(w io.Writer, dir string, resultsPaths []string) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range charts {
-		fmt.Fprintf(w, "![%s](%s)\n", c.Title, path.Join(filepath.ToSlash(dir), c.File))
-	}
+	printCharts(w, dir, charts)
 	return nil
 }
 
@@ -163,10 +159,7 @@ func writeWindowCharts(dir string, points []windowPoint) ([]chart, error) {
 					wl.rate),
 			}
 			p, err := windowPlot(c.Title, f, filterWindowPoints(points, wl))
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.File, err)
-			}
-			if err := saveSVG(p, filepath.Join(dir, c.File)); err != nil {
+			if err := saveChart(dir, c, p, err); err != nil {
 				return nil, err
 			}
 			charts = append(charts, c)
