@@ -42,6 +42,9 @@ const WatchingLine = "Watching the lease"
 // its watch or from the elector's reads and writes, and when it first saw it.
 type Tracker struct {
 	identity string
+	// onHolder is told each holder other than this replica that a new version
+	// names, as client-go's elector tells OnNewLeader.
+	onHolder func(holder string)
 
 	mu   sync.Mutex
 	seen sighting
@@ -65,8 +68,10 @@ type sighting struct {
 }
 
 // New returns a Tracker for the replica with this leader election identity.
-func New(identity string) *Tracker {
-	return &Tracker{identity: identity, changed: make(chan struct{})}
+// onHolder, if not nil, is called with the holder of each version seen whose
+// holder is another replica and differs from the last version's.
+func New(identity string, onHolder func(holder string)) *Tracker {
+	return &Tracker{identity: identity, onHolder: onHolder, changed: make(chan struct{})}
 }
 
 // versionOf tells versions of the Lease apart: by resourceVersion, and by the
@@ -91,21 +96,31 @@ func (t *Tracker) observe(lease *coordinationv1.Lease, now time.Time) {
 		next.holder = rec.HolderIdentity
 		next.duration = time.Duration(rec.LeaseDurationSeconds) * time.Second
 	}
+	if newHolder := t.record(next); newHolder && t.onHolder != nil {
+		t.onHolder(next.holder)
+	}
+}
+
+// record makes next the latest sighting unless it is the same version or an
+// older one; it reports whether next names another replica as a new holder.
+func (t *Tracker) record(next sighting) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.seen.known && t.seen.exists == next.exists && t.seen.version == next.version {
-		return
+		return false
 	}
 	if next.exists && t.seen.exists && next.resourceVersion != "" && t.seen.resourceVersion != "" {
 		// A watch event that arrives after a read of a later version does
 		// not bring the earlier one back.
 		if c, err := resourceversion.CompareResourceVersion(next.resourceVersion, t.seen.resourceVersion); err == nil && c < 0 {
-			return
+			return false
 		}
 	}
+	newHolder := next.holder != "" && next.holder != t.identity && next.holder != t.seen.holder
 	t.seen = next
 	close(t.changed)
 	t.changed = make(chan struct{})
+	return newHolder
 }
 
 // read records what one of the elector's reads returned.

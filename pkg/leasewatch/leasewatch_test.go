@@ -2,6 +2,7 @@ package leasewatch_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -64,7 +65,7 @@ func standby(t *testing.T, client *fake.Clientset) func() time.Time {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
-	tracker := leasewatch.New("standby")
+	tracker := leasewatch.New("standby", nil)
 	lock := tracker.Lock(&resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
 		Client:     tracker.Leases(client.CoordinationV1()),
@@ -205,7 +206,7 @@ func TestReadsReportALeaseAsFreeOnlyOnceItRanOut(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := &holder{client: fake.NewClientset()}
 				h.write(t, tc.holder, lease)
-				tracker := leasewatch.New("standby")
+				tracker := leasewatch.New("standby", nil)
 				lock := tracker.Lock(&resourcelock.LeaseLock{
 					LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
 					Client:     tracker.Leases(h.client.CoordinationV1()),
@@ -231,4 +232,33 @@ func TestReadsReportALeaseAsFreeOnlyOnceItRanOut(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTellsEachNewHolderOnce: the standby hears of each other replica that takes
+// the Lease once, not at each of its renewals, and not of itself.
+func TestTellsEachNewHolderOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &holder{client: fake.NewClientset()}
+		h.write(t, "old", lease)
+		var mu sync.Mutex
+		var told []string
+		tracker := leasewatch.New("standby", func(holder string) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, holder)
+		})
+		if err := tracker.Watch(t.Context(), h.client, namespace, leaseName); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"old", "old", "new", "new", "standby", "old"} {
+			time.Sleep(retry)
+			h.write(t, id, lease)
+		}
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"old", "new", "old"}; !slices.Equal(told, want) {
+			t.Errorf("told of holders %q, want %q", told, want)
+		}
+	})
 }

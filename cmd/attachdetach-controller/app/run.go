@@ -162,7 +162,21 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 	identity := host + "_" + string(uuid.NewUUID())
 	// The tracker watches the Lease, so that this replica takes it as soon as it
 	// is released or has run out, not at the elector's next attempt.
-	tracker := leasewatch.New(identity)
+	var lastLeader sync.Mutex
+	var reported string
+	reportLeader := func(id string) {
+		// An empty identity is a lease released or run out, not a leader.
+		if id == identity || id == "" {
+			return
+		}
+		lastLeader.Lock()
+		defer lastLeader.Unlock()
+		if id != reported {
+			reported = id
+			logger.Info("Another replica leads", "leader", id)
+		}
+	}
+	tracker := leasewatch.New(identity, reportLeader)
 	lock := &renewalTrackingLock{Interface: tracker.Lock(&resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaderElectionNamespace, Name: o.LeaderElectionName},
 		Client:     tracker.Leases(client.CoordinationV1()),
@@ -196,12 +210,7 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 			},
 			// Required by client-go; what happens next is decided when Run returns.
 			OnStoppedLeading: func() {},
-			OnNewLeader: func(id string) {
-				// An empty identity is a lease released or run out, not a leader.
-				if id != identity && id != "" {
-					logger.Info("Another replica leads", "leader", id)
-				}
-			},
+			OnNewLeader:      reportLeader,
 		},
 	})
 	if err != nil {
