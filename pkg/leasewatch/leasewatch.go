@@ -74,31 +74,35 @@ func New(identity string, onHolder func(holder string)) *Tracker {
 	return &Tracker{identity: identity, onHolder: onHolder, changed: make(chan struct{})}
 }
 
-// versionOf tells versions of the Lease apart: by resourceVersion, and by the
-// spec too, for a client that does not set resourceVersions.
-func versionOf(lease *coordinationv1.Lease) string {
+// sightingOf is what lease (nil: none exists) tells, seen at now. Versions are
+// told apart by resourceVersion, and by the spec too, for a client that does not
+// set resourceVersions.
+func sightingOf(lease *coordinationv1.Lease, now time.Time) sighting {
+	s := sighting{known: true, since: now}
+	if lease == nil {
+		return s
+	}
 	rec := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 	var renewed string
 	if lease.Spec.RenewTime != nil {
 		renewed = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 	}
-	return fmt.Sprintf("%s/%s/%s/%d/%d", lease.ResourceVersion, rec.HolderIdentity, renewed, rec.LeaseDurationSeconds, rec.LeaderTransitions)
+	s.exists = true
+	s.version = fmt.Sprintf("%s/%s/%s/%d/%d", lease.ResourceVersion, rec.HolderIdentity, renewed, rec.LeaseDurationSeconds, rec.LeaderTransitions)
+	s.resourceVersion = lease.ResourceVersion
+	s.holder = rec.HolderIdentity
+	s.duration = time.Duration(rec.LeaseDurationSeconds) * time.Second
+	return s
 }
 
-// observe records a version of the Lease (nil: none exists) seen at now.
-func (t *Tracker) observe(lease *coordinationv1.Lease, now time.Time) {
-	next := sighting{known: true, since: now}
-	if lease != nil {
-		rec := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
-		next.exists = true
-		next.version = versionOf(lease)
-		next.resourceVersion = lease.ResourceVersion
-		next.holder = rec.HolderIdentity
-		next.duration = time.Duration(rec.LeaseDurationSeconds) * time.Second
-	}
+// observe records a version of the Lease (nil: none exists) seen at now, and
+// returns its version.
+func (t *Tracker) observe(lease *coordinationv1.Lease, now time.Time) string {
+	next := sightingOf(lease, now)
 	if newHolder := t.record(next); newHolder && t.onHolder != nil {
 		t.onHolder(next.holder)
 	}
+	return next.version
 }
 
 // record makes next the latest sighting unless it is the same version or an
@@ -125,13 +129,10 @@ func (t *Tracker) record(next sighting) bool {
 
 // read records what one of the elector's reads returned.
 func (t *Tracker) read(lease *coordinationv1.Lease, now time.Time) {
-	t.observe(lease, now)
+	version := t.observe(lease, now)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lastRead = ""
-	if lease != nil {
-		t.lastRead = versionOf(lease)
-	}
+	t.lastRead = version
 }
 
 // expiredAtLastRead tells whether the version the elector's latest read returned

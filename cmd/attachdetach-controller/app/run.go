@@ -162,15 +162,17 @@ func runWithLeaderElection(ctx context.Context, o *Options, client kubernetes.In
 	identity := host + "_" + string(uuid.NewUUID())
 	// The tracker watches the Lease, so that this replica takes it as soon as it
 	// is released or has run out, not at the elector's next attempt.
-	var lastLeader sync.Mutex
+	// reportLeader logs each other replica that leads once, whether the
+	// standby's watch or its elector saw it first.
+	var reportedMu sync.Mutex
 	var reported string
 	reportLeader := func(id string) {
 		// An empty identity is a lease released or run out, not a leader.
 		if id == identity || id == "" {
 			return
 		}
-		lastLeader.Lock()
-		defer lastLeader.Unlock()
+		reportedMu.Lock()
+		defer reportedMu.Unlock()
 		if id != reported {
 			reported = id
 			logger.Info("Another replica leads", "leader", id)
