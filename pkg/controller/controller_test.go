@@ -29,6 +29,7 @@ const testDriver = "example.csi.k8s.io"
 func newTestController(t *testing.T, serverObjs ...runtime.Object) *Controller {
 	t.Helper()
 	client := fake.NewClientset(serverObjs...)
+	refuseReadsTheRoleDoesNotGrant(t, client)
 	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,9 @@ import (
 // client.
 func newControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Controller {
 	t.Helper()
+	if f, ok := client.(*fake.Clientset); ok {
+		refuseReadsTheRoleDoesNotGrant(t, f)
+	}
 	opts := DefaultOptions()
 	opts.DisableSync = true
 	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1000), metrics.New(), opts)

@@ -3,13 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -183,16 +184,28 @@ func (c *Controller) podsBehind(ctx context.Context) (int, error) {
 		return behind, err
 	}
 	for _, key := range absent {
-		_, err := c.client.CoreV1().Pods(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
+		exists, err := c.podExists(ctx, key)
+		if err != nil {
 			return 0, fmt.Errorf("reading pod %s that the informer does not hold: %w", key, err)
-		default:
+		}
+		if exists {
 			behind++
 		}
 	}
 	return behind, nil
+}
+
+// podExists tells whether the API server holds the pod now. It lists the pod by
+// name instead of getting it: the controller's role lets it list and watch pods,
+// as kube-controller-manager's does, and nothing more.
+func (c *Controller) podExists(ctx context.Context, key types.NamespacedName) (bool, error) {
+	list, err := c.client.CoreV1().Pods(key.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", key.Name).String(),
+	})
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(list.Items, func(p v1.Pod) bool { return p.Name == key.Name }), nil
 }
 
 // quorumList lists every object of a resource, in pages that all belong to the

@@ -135,14 +135,21 @@ func TestStartUpWaitsForThePodInformer(t *testing.T) {
 // TestStartUpDoesNotWaitForAPodDeletedAfterTheQuorumList: pods come and go all
 // the time, so a pod of the quorum list may be deleted before the informer is
 // looked at, and the informer never holds it. A listed pod the informer lacks is
-// read again: one the API server no longer has does not hold up the start.
+// read again: one the API server no longer has does not hold up the start. It is
+// read by a list, as the controller's role grants list and watch on pods but not
+// get (found by the deploy suite in CI).
 func TestStartUpDoesNotWaitForAPodDeletedAfterTheQuorumList(t *testing.T) {
 	gone := podUsing("ns", "gone", "node-a", "claim-1")
 	gone.ResourceVersion = "8"
 	client := fake.NewClientset(node("node-a", nil, nil))
 	client.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+		opts := a.(clienttesting.ListActionImpl).GetListOptions()
+		switch {
+		case opts.ResourceVersion == "0":
 			return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
+		case opts.FieldSelector != "":
+			// The pod read again, by name.
+			return false, nil, nil
 		}
 		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "9"}, Items: []v1.Pod{*gone.DeepCopy()}}, nil
 	})
@@ -404,6 +411,9 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 // its informers listed, and are synced, before it leads.
 func standbyControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Controller {
 	t.Helper()
+	if f, ok := client.(*fake.Clientset); ok {
+		refuseReadsTheRoleDoesNotGrant(t, f)
+	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	if err := StartInformers(t.Context(), factory); err != nil {
 		t.Fatal(err)
@@ -440,6 +450,7 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			client := fake.NewClientset(va)
+			refuseReadsTheRoleDoesNotGrant(t, client)
 			factory := informers.NewSharedInformerFactory(client, 0)
 			if tc.standby {
 				if err := StartInformers(ctx, factory); err != nil {

@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
+)
+
+// refuseReadsTheRoleDoesNotGrant makes client answer every get, list and watch
+// that the ClusterRole of manifests/ does not grant with Forbidden, as the API
+// server does for the controller's service account. Writes are left alone: the
+// tests themselves write through the same client.
+func refuseReadsTheRoleDoesNotGrant(t *testing.T, client *fake.Clientset) {
+	t.Helper()
+	raw, err := os.ReadFile("../../manifests/clusterrole.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(raw, &role); err != nil {
+		t.Fatal(err)
+	}
+	client.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if verb := a.GetVerb(); (verb != "get" && verb != "list") || granted(role.Rules, a) {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("not granted by manifests/clusterrole.yaml"))
+	})
+	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		if granted(role.Rules, a) {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("not granted by manifests/clusterrole.yaml"))
+	})
+}
+
+// granted tells whether a rule lets the action through.
+func granted(rules []rbacv1.PolicyRule, a clienttesting.Action) bool {
+	resource := a.GetResource().Resource
+	if sub := a.GetSubresource(); sub != "" {
+		resource += "/" + sub
+	}
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.APIGroups, a.GetResource().Group) &&
+			slices.Contains(r.Resources, resource) &&
+			slices.Contains(r.Verbs, a.GetVerb())
+	})
+}
