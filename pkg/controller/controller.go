@@ -221,7 +221,6 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		}
 	}
 	events := podevents.NewEmitter(recorder)
-	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, m, clients.Backlog, c.opts.StatusMinBatchWindow)
 	c.populator = populator.New(populator.Listers{
 		Pods:       inf.pods.Lister(),
 		PodIndexer: inf.pods.Informer().GetIndexer(),
@@ -229,6 +228,8 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		PVs:        inf.pvs.Lister(),
 		Drivers:    inf.drivers.Lister(),
 	}, c.desired, reconcilerQueue{c})
+	pods := populator.PodChecker{Client: client, Populator: c.populator}
+	c.status = statusupdater.New(clients.NodeStatus, inf.nodes.Lister(), c.actual, pods, m, clients.Backlog, c.opts.StatusMinBatchWindow)
 	c.executor = operationexecutor.New(operationexecutor.Config{
 		Client:     client,
 		VALister:   inf.attachments.Lister(),
@@ -239,7 +240,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Metrics:    m,
 		Timeout:    opts.OperationTimeout,
 		Wanted:     c.desired,
-		Pods:       populator.PodChecker{Client: client, Populator: c.populator},
+		Pods:       pods,
 		Done:       reconcilerQueue{c},
 	})
 	c.reconciler = reconciler.New(reconciler.Config{

@@ -610,7 +610,8 @@ func (e *Executor) Detach(ctx context.Context, on cache.OnNode, force cache.Forc
 func (e *Executor) detach(ctx context.Context, on cache.OnNode, force cache.ForceRule) (err error) {
 	if force == cache.ForcedOnTimeout && volumename.ReportOnly(on.Volume) {
 		// An iSCSI or FC volume is detached by the status write that takes it
-		// out, which may be the next one: the node's pods are read before.
+		// out. A pod of the node that needs it calls the detach off here; the
+		// write reads the pods again right before it goes out, maybe much later.
 		if err := e.checkPods(ctx, on); err != nil {
 			return err
 		}

@@ -38,6 +38,7 @@ type Updater struct {
 	client  kubernetes.Interface
 	nodes   corelisters.NodeLister
 	actual  *cache.ActualState
+	pods    PodChecker
 	metrics *metrics.Metrics
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// backlog tells how long other requests now wait for the client's rate limit.
@@ -99,15 +100,23 @@ type confirmation struct {
 	err  error
 }
 
+// PodChecker reads the node's pods from the API server and tells whether one
+// needs the volume (populator.PodChecker).
+type PodChecker interface {
+	NeededOnNode(ctx context.Context, volume volumename.UniqueName, node string) (bool, error)
+}
+
 // ErrStopped means the updater stopped before a write answered a confirmation.
 var ErrStopped = errors.New("the node status updater stopped")
 
-// New returns an Updater. backlog, if not nil, tells how long requests of the
-// other clients now wait for the shared rate limit; writes are batched over that,
-// and over minWindow at least.
-func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, m *metrics.Metrics, backlog func() time.Duration, minWindow time.Duration) *Updater {
+// New returns an Updater. pods is read right before a write that takes out a
+// volume in use whose wait for unmount ran out. backlog, if not nil, tells how
+// long requests of the other clients now wait for the shared rate limit; writes
+// are batched over that, and over minWindow at least.
+func New(client kubernetes.Interface, nodes corelisters.NodeLister, actual *cache.ActualState, pods PodChecker, m *metrics.Metrics, backlog func() time.Duration, minWindow time.Duration) *Updater {
 	return &Updater{
 		client:    client,
+		pods:      pods,
 		backlog:   backlog,
 		minWindow: minWindow,
 		nodes:     nodes,
@@ -294,9 +303,9 @@ func (u *Updater) sync(ctx context.Context, r *nodeRecord, nodeName string) erro
 		return nil
 	}
 	current := r.current(node)
-	want, precondition := u.wanted(node, current)
-	if sameList(current, want) {
-		return nil
+	want, precondition, err := u.wanted(ctx, node, current)
+	if err != nil || sameList(current, want) {
+		return err
 	}
 	_, err = u.patch(ctx, r, node, want, precondition)
 	return err
@@ -349,7 +358,11 @@ func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (
 	}
 	if base != nil && cache.IsManaged(base) {
 		current := r.current(base)
-		if want, precondition := u.wanted(base, current); !sameList(current, want) {
+		want, precondition, err := u.wanted(ctx, base, current)
+		if err != nil {
+			return nil, err
+		}
+		if !sameList(current, want) {
 			patched, err := u.patch(ctx, r, base, want, precondition)
 			if (err != nil && !apierrors.IsConflict(err)) || (err == nil && (patched == nil || sameList(patched.Status.VolumesAttached, want))) {
 				return patched, err
@@ -370,9 +383,9 @@ func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (
 		// node as it is tells the caller so.
 		return fresh, nil
 	}
-	want, precondition := u.wanted(fresh, fresh.Status.VolumesAttached)
-	if sameList(fresh.Status.VolumesAttached, want) {
-		return fresh, nil
+	want, precondition, err := u.wanted(ctx, fresh, fresh.Status.VolumesAttached)
+	if err != nil || sameList(fresh.Status.VolumesAttached, want) {
+		return fresh, err
 	}
 	return u.patch(ctx, r, fresh, want, precondition)
 }
@@ -386,8 +399,12 @@ func (u *Updater) confirm(ctx context.Context, r *nodeRecord, nodeName string) (
 // has, or may have, such volumes must apply to base's version of the node only
 // (precondition is its resourceVersion), so that a node that changed since
 // (kubelet reported a volume in use, or base was behind the API server) fails
-// the write instead of losing a record.
-func (u *Updater) wanted(base *v1.Node, current []v1.AttachedVolume) (want []v1.AttachedVolume, precondition string) {
+// the write instead of losing a record. One in use whose wait for unmount ran
+// out goes only if no pod of the node needs it as the API server lists them now:
+// the write is the detach, and it may go out long after the detach began (found
+// by the simulation: seed 777). kubelet may mount it for a new pod meanwhile
+// without changing the node, which already reports it in use.
+func (u *Updater) wanted(ctx context.Context, base *v1.Node, current []v1.AttachedVolume) (want []v1.AttachedVolume, precondition string, err error) {
 	reported := u.actual.ReportedVolumes(base.Name)
 	want = desiredList(current, reported)
 	if u.actual.HasReportOnly(base.Name) {
@@ -400,11 +417,20 @@ func (u *Updater) wanted(base *v1.Node, current []v1.AttachedVolume) (want []v1.
 		}
 		precondition = base.ResourceVersion
 		force, detaching := u.actual.DetachForce(name, base.Name)
-		if detaching && slices.Contains(base.Status.VolumesInUse, av.Name) && !force.Holds(base) {
+		if !detaching || !slices.Contains(base.Status.VolumesInUse, av.Name) {
+			continue
+		}
+		keep := !force.Holds(base)
+		if !keep && force == cache.ForcedOnTimeout {
+			if keep, err = u.pods.NeededOnNode(ctx, name, base.Name); err != nil {
+				return nil, "", fmt.Errorf("reading the pods of node %s before taking out %s, forced on timeout: %w", base.Name, name, err)
+			}
+		}
+		if keep {
 			want = append(want, v1.AttachedVolume{Name: av.Name, DevicePath: ""})
 		}
 	}
-	return want, precondition
+	return want, precondition, nil
 }
 
 // patch writes want as the node's status.volumesAttached and records the result;

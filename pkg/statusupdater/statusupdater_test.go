@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,7 +55,31 @@ type harness struct {
 	client  *fake.Clientset
 	nodes   toolscache.Indexer
 	actual  *cache.ActualState
+	pods    podsOnNode
 	updater *statusupdater.Updater
+}
+
+// podsOnNode stands for the node's pods as the API server lists them: needed
+// holds the volumes one of them needs.
+type podsOnNode struct {
+	mu     sync.Mutex
+	needed []volumename.UniqueName
+	err    error
+	reads  int
+}
+
+func (p *podsOnNode) NeededOnNode(_ context.Context, volume volumename.UniqueName, _ string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reads++
+	return slices.Contains(p.needed, volume), p.err
+}
+
+// need makes a pod of the node need the volume from now on.
+func (p *podsOnNode) need(volume volumename.UniqueName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.needed = append(p.needed, volume)
 }
 
 func newHarness(t *testing.T, informerNode *v1.Node, serverNodes ...runtime.Object) *harness {
@@ -77,7 +102,7 @@ func newHarnessWithBacklog(t *testing.T, backlog func() time.Duration, minWindow
 		}
 	}
 	h.client.ClearActions()
-	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, metrics.New(), backlog, minWindow)
+	h.updater = statusupdater.New(h.client, corelisters.NewNodeLister(h.nodes), h.actual, &h.pods, metrics.New(), backlog, minWindow)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {

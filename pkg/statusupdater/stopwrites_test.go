@@ -39,7 +39,7 @@ func TestNoPatchIsSentOnceTheLeaseIsLostDuringTheOneBefore(t *testing.T) {
 			loseLease()
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, nodeName, nil)
 		})
-		updater := statusupdater.New(client, corelisters.NewNodeLister(nodes), actual, metrics.New(), nil, 0)
+		updater := statusupdater.New(client, corelisters.NewNodeLister(nodes), actual, &podsOnNode{}, metrics.New(), nil, 0)
 		go updater.Run(ctx, 1)
 		if _, err := updater.Confirm(t.Context(), nodeName); err == nil {
 			t.Error("Confirm = nil after the lease was lost, want an error")
