@@ -163,10 +163,10 @@ type Controller struct {
 	// attachmentWatches records the lapses of the VolumeAttachment informer
 	// (see relist.go).
 	attachmentWatches *watchrecord.Lapses
-	// lead is what the VolumeAttachment informer's record of quorum reads
-	// returned when the controller was made: its process leads from then on, so
-	// a quorum read sent since shows every write of an earlier leader.
-	lead uint64
+	// leads is what the informers' records of quorum reads returned when the
+	// controller was made: its process leads from then on, so a quorum read sent
+	// since shows every write of an earlier leader.
+	leads informerLeads
 	// attachments records VolumeAttachments in the actual state.
 	attachments *attachments.Recorder
 	// nodesMu keeps the node event handlers out while the periodic pass
@@ -211,9 +211,13 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		metrics:   m,
 
 		attachmentWatches: inf.attachmentWatches,
-		lead:              inf.attachmentReads.Lead(),
-		deletedNodes:      newDeletedNodesQueue(),
-		backoffExpiry:     backoffExpiryPeriod,
+		leads: informerLeads{
+			attachments: inf.attachmentReads.Lead(),
+			nodes:       inf.nodeReads.Lead(),
+			pods:        inf.podReads.Lead(),
+		},
+		deletedNodes:  newDeletedNodesQueue(),
+		backoffExpiry: backoffExpiryPeriod,
 	}
 	if opts.Shadow {
 		for _, e := range shadow.Expectations {

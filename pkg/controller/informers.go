@@ -33,8 +33,11 @@ type informerSet struct {
 	// attachmentReads its quorum reads.
 	attachmentWatches *watchrecord.Lapses
 	attachmentReads   *watchrecord.Reads
-	// podGaps records the gaps in what the pod informer shows.
-	podGaps *watchrecord.Gaps
+	// podGaps records the gaps in what the pod informer shows; podReads and
+	// nodeReads the quorum reads of the pod and node informers.
+	podGaps   *watchrecord.Gaps
+	podReads  *watchrecord.Reads
+	nodeReads *watchrecord.Reads
 }
 
 // StartInformers requests the controller's informers from the factory and starts
@@ -50,19 +53,25 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 }
 
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
-	// The VolumeAttachment and pod informers are made first, with the records
-	// of their watches.
+	// The VolumeAttachment, pod and node informers are made first, with the
+	// records of their watches.
 	lapses, reads, err := watchrecord.AttachmentLapses(f)
 	if err != nil {
 		return informerSet{}, err
 	}
-	gaps, err := watchrecord.PodGaps(f)
+	gaps, podReads, err := watchrecord.PodGaps(f)
+	if err != nil {
+		return informerSet{}, err
+	}
+	nodeReads, err := watchrecord.NodeReads(f)
 	if err != nil {
 		return informerSet{}, err
 	}
 	s := informerSet{
 		pods:              f.Core().V1().Pods(),
 		podGaps:           gaps,
+		podReads:          podReads,
+		nodeReads:         nodeReads,
 		nodes:             f.Core().V1().Nodes(),
 		claims:            f.Core().V1().PersistentVolumeClaims(),
 		pvs:               f.Core().V1().PersistentVolumes(),

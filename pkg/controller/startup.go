@@ -9,12 +9,16 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
 // waitForCurrentInformers makes sure that the informers hold every fact the
@@ -34,21 +38,35 @@ import (
 // informer that holds the old one shows its deletion before the new one, a
 // moment in which the volume looks free.
 //
+// The quorum read is the informer's own list if it was one sent since the
+// controller leads (see package watchrecord) and the informer holds each object
+// it returned, as that very object at that version or a later one; otherwise,
+// as when an object it returned was deleted since, a list of its own.
+//
 // The three checks run side by side, and one that passed is not run again: an
 // informer never goes back to an older state, so what a quorum read proved
 // after the controller began to lead stays proven.
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	inf := c.informers
 	pending := []informerCheck{
-		{kind: "VolumeAttachment", listed: "VolumeAttachments", behindKey: "attachmentsBehind", behind: c.attachmentsBehind},
-		{kind: "Node", listed: "nodes", behindKey: "nodesBehind", behind: c.nodesBehind},
-		{kind: "Pod", listed: "pods", behindKey: "podsBehind", behind: c.podsBehind},
+		{kind: "VolumeAttachment", listed: "VolumeAttachments", behindKey: "attachmentsBehind", behind: c.attachmentsBehind,
+			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer()},
+		{kind: "Node", listed: "nodes", behindKey: "nodesBehind", behind: c.nodesBehind,
+			reads: inf.nodeReads, lead: c.leads.nodes, held: inf.nodes.Informer().GetIndexer()},
+		{kind: "Pod", listed: "pods", behindKey: "podsBehind", behind: c.podsBehind,
+			reads: inf.podReads, lead: c.leads.pods, held: inf.pods.Informer().GetIndexer()},
 	}
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		current := make([]bool, len(pending))
 		var wg sync.WaitGroup
 		for i, check := range pending {
 			wg.Go(func() {
+				if n, ok := check.ownReadHeld(); ok {
+					logger.V(2).Info("The "+check.kind+" informer's own list was a quorum read sent since this controller leads: no second list", check.listed, n)
+					current[i] = true
+					return
+				}
 				behind, err := check.behind(ctx)
 				switch {
 				case err != nil:
@@ -71,46 +89,63 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 		if len(pending) > 0 {
 			return false, nil
 		}
-		c.informers.attachmentReads.Drop()
+		for _, r := range []*watchrecord.Reads{inf.attachmentReads, inf.nodeReads, inf.podReads} {
+			r.Drop()
+		}
 		return true, nil
 	})
 }
 
-// informerCheck is one informer's start-up check: behind counts what the
-// informer lacks against a quorum read.
+// informerLeads is what each informer's record of quorum reads returned when the
+// controller was made.
+type informerLeads struct {
+	attachments, nodes, pods uint64
+}
+
+// informerCheck is one informer's start-up check: reads is the record of the
+// informer's own quorum reads and held its cache; behind counts what the
+// informer lacks against a quorum list of its own.
 type informerCheck struct {
 	kind, listed, behindKey string
+	reads                   *watchrecord.Reads
+	lead                    uint64
+	held                    toolscache.Indexer
 	behind                  func(context.Context) (int, error)
+}
+
+// ownReadHeld tells whether the informer's own latest quorum read was sent since
+// the controller leads and the informer holds each object it returned, as that
+// very object (its UID) at that version or a later one; n is how many there were.
+func (check informerCheck) ownReadHeld() (n int, ok bool) {
+	read, ok := check.reads.SentSince(check.lead)
+	if !ok {
+		return 0, false
+	}
+	for key, v := range read.Objects {
+		obj, exists, err := check.held.GetByKey(key)
+		if err != nil || !exists {
+			return 0, false
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil || m.GetUID() != v.UID || !atLeastVersion(m.GetResourceVersion(), v.ResourceVersion) {
+			return 0, false
+		}
+	}
+	return len(read.Objects), true
 }
 
 // attachmentsBehind counts the VolumeAttachments that the informer does not
 // hold, or holds as another object of the same name, or at a version older than
-// the one a quorum read returned. The read is the informer's own list if it was a
-// quorum read sent since the controller leads (see package watchrecord) and the
-// informer holds all it returned; otherwise, as when an object it returned was
-// deleted since, a list of its own. An object the informer still holds after its
+// the one a quorum list returns. An object the informer still holds after its
 // deletion only makes the controller more careful until the informer shows the
 // deletion.
 func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	behind := 0
-	count := func(name string, uid types.UID, version string) {
-		held, err := c.informers.attachments.Lister().Get(name)
-		if err != nil || held.UID != uid || !atLeastVersion(held.ResourceVersion, version) {
+	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
+		held, err := c.informers.attachments.Lister().Get(listed.Name)
+		if err != nil || held.UID != listed.UID || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
 			behind++
 		}
-	}
-	if read, ok := c.informers.attachmentReads.SentSince(c.lead); ok {
-		for name, v := range read.Objects {
-			count(name, v.UID, v.ResourceVersion)
-		}
-		if behind == 0 {
-			klog.FromContext(ctx).V(2).Info("The VolumeAttachment informer's own list was a quorum read sent since this controller leads: no second list", "volumeAttachments", len(read.Objects))
-			return 0, nil
-		}
-		behind = 0
-	}
-	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
-		count(listed.Name, listed.UID, listed.ResourceVersion)
 	})
 	return behind, err
 }

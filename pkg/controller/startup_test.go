@@ -50,11 +50,12 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 	informed.ResourceVersion = "5"
 
 	client := fake.NewClientset(current[0], current[1])
-	// The informer lists (resourceVersion "0", from its cache) the old nodes, and
-	// its watch delivers the new ones only later; a quorum list (resourceVersion
-	// "") reads the new ones.
-	client.PrependReactor("list", "nodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+	// The informer's list, a standby's before it led, found the old nodes, and
+	// its watch delivers the new ones only later; a quorum list reads the new
+	// ones.
+	var lists atomic.Int32
+	client.PrependReactor("list", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) == 1 {
 			return true, informed.DeepCopy(), nil
 		}
 		return false, nil, nil
@@ -68,7 +69,7 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 		}
 	}()
 
-	c := newControllerWithoutPass(t, client)
+	c := standbyControllerWithoutPass(t, client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Cleanup(c.factory.Shutdown)
@@ -99,11 +100,11 @@ func TestStartUpWaitsForThePodInformer(t *testing.T) {
 	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
 	pod.ResourceVersion = "7"
 	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce), boundClaim("ns", "claim-1", "pv-1"), pod)
-	// The informer lists (resourceVersion "0", from its cache) a past without the
-	// pod, and its watch delivers it only later; a quorum list (resourceVersion "")
-	// reads it.
-	client.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.(clienttesting.ListActionImpl).GetListOptions().ResourceVersion == "0" {
+	// The informer's list, a standby's before it led, found a past without the
+	// pod, and its watch delivers it only later; a quorum list reads it.
+	var lists atomic.Int32
+	client.PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) == 1 {
 			return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
 		}
 		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*pod.DeepCopy()}}, nil
@@ -115,7 +116,7 @@ func TestStartUpWaitsForThePodInformer(t *testing.T) {
 		watcher.Add(pod.DeepCopy())
 	}()
 
-	c := newControllerWithoutPass(t, client)
+	c := standbyControllerWithoutPass(t, client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Cleanup(c.factory.Shutdown)
@@ -142,19 +143,20 @@ func TestStartUpDoesNotWaitForAPodDeletedAfterTheQuorumList(t *testing.T) {
 	gone := podUsing("ns", "gone", "node-a", "claim-1")
 	gone.ResourceVersion = "8"
 	client := fake.NewClientset(node("node-a", nil, nil))
+	var lists atomic.Int32
 	client.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		opts := a.(clienttesting.ListActionImpl).GetListOptions()
 		switch {
-		case opts.ResourceVersion == "0":
+		case lists.Add(1) == 1:
+			// The informer's list, a standby's before it led.
 			return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
-		case opts.FieldSelector != "":
+		case a.(clienttesting.ListActionImpl).GetListOptions().FieldSelector != "":
 			// The pod read again, by name.
 			return false, nil, nil
 		}
 		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "9"}, Items: []v1.Pod{*gone.DeepCopy()}}, nil
 	})
 
-	c := newControllerWithoutPass(t, client)
+	c := standbyControllerWithoutPass(t, client)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t.Cleanup(c.factory.Shutdown)
@@ -428,12 +430,39 @@ func standbyControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Co
 	return c
 }
 
-// TestStartUpTakesTheInformersOwnListAsProof: the VolumeAttachment informer's
-// own list proves it current when it was a quorum read sent once the controller
-// led; a list sent before (a standby's), or one that returned an object deleted
-// since, needs a quorum list of the controller's own.
+// TestStartUpTakesTheInformersOwnListAsProof: the VolumeAttachment, node and
+// pod informers' own lists prove them current when they were quorum reads sent
+// once the controller led; a list sent before (a standby's), or one that
+// returned an object deleted since, needs a quorum list of the controller's own.
+// With 10,000 pods, the second list of every pod was most of the start-up.
 func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
+	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
+	objects := []struct {
+		resource string
+		obj      runtime.Object
+		delete   func(ctx context.Context, client kubernetes.Interface) error
+		held     func(c *Controller) bool
+	}{
+		{"volumeattachments", va,
+			func(ctx context.Context, client kubernetes.Interface) error {
+				return client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{})
+			},
+			func(c *Controller) bool { _, err := c.informers.attachments.Lister().Get(va.Name); return err == nil }},
+		{"nodes", node("node-a", nil, nil),
+			func(ctx context.Context, client kubernetes.Interface) error {
+				return client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{})
+			},
+			func(c *Controller) bool { _, err := c.informers.nodes.Lister().Get("node-a"); return err == nil }},
+		{"pods", pod,
+			func(ctx context.Context, client kubernetes.Interface) error {
+				return client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+			},
+			func(c *Controller) bool {
+				_, err := c.informers.pods.Lister().Pods(pod.Namespace).Get(pod.Name)
+				return err == nil
+			}},
+	}
 	tests := []struct {
 		name string
 		// standby: the informers listed before the controller was made.
@@ -446,47 +475,49 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 		{name: "informer listed before, as a standby's", standby: true, wantLists: 2},
 		{name: "an object of its list deleted since", deletedSince: true, wantLists: 2},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			client := fake.NewClientset(va)
-			refuseReadsTheRoleDoesNotGrant(t, client)
-			factory := informers.NewSharedInformerFactory(client, 0)
-			if tc.standby {
-				if err := StartInformers(ctx, factory); err != nil {
+	for _, o := range objects {
+		for _, tc := range tests {
+			t.Run(o.resource+"/"+tc.name, func(t *testing.T) {
+				ctx := t.Context()
+				client := fake.NewClientset(o.obj.DeepCopyObject())
+				refuseReadsTheRoleDoesNotGrant(t, client)
+				factory := informers.NewSharedInformerFactory(client, 0)
+				if tc.standby {
+					if err := StartInformers(ctx, factory); err != nil {
+						t.Fatal(err)
+					}
+					factory.WaitForCacheSync(ctx.Done())
+				}
+				c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
+				if err != nil {
 					t.Fatal(err)
 				}
+				t.Cleanup(factory.Shutdown)
+				factory.Start(ctx.Done())
 				factory.WaitForCacheSync(ctx.Done())
-			}
-			c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(factory.Shutdown)
-			factory.Start(ctx.Done())
-			factory.WaitForCacheSync(ctx.Done())
-			if tc.deletedSince {
-				if err := client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{}); err != nil {
+				if tc.deletedSince {
+					if err := o.delete(ctx, client); err != nil {
+						t.Fatal(err)
+					}
+					for o.held(c) {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				if err := c.waitForCurrentInformers(waitCtx); err != nil {
 					t.Fatal(err)
 				}
-				for _, err := c.informers.attachments.Lister().Get(va.Name); err == nil; _, err = c.informers.attachments.Lister().Get(va.Name) {
-					time.Sleep(time.Millisecond)
+				lists := 0
+				for _, a := range client.Actions() {
+					if a.GetVerb() == "list" && a.GetResource().Resource == o.resource {
+						lists++
+					}
 				}
-			}
-			waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			if err := c.waitForCurrentInformers(waitCtx); err != nil {
-				t.Fatal(err)
-			}
-			lists := 0
-			for _, a := range client.Actions() {
-				if a.GetVerb() == "list" && a.GetResource().Resource == "volumeattachments" {
-					lists++
+				if lists != tc.wantLists {
+					t.Errorf("%s listed %d times, want %d", o.resource, lists, tc.wantLists)
 				}
-			}
-			if lists != tc.wantLists {
-				t.Errorf("VolumeAttachments listed %d times, want %d", lists, tc.wantLists)
-			}
-		})
+			})
+		}
 	}
 }

@@ -23,10 +23,18 @@ type lapsesInformer struct {
 	reads  *Reads
 }
 
-// gapsInformer is an informer with the record of its gaps.
+// gapsInformer is an informer with the record of its gaps and of its quorum
+// reads.
 type gapsInformer struct {
 	toolscache.SharedIndexInformer
-	gaps *Gaps
+	gaps  *Gaps
+	reads *Reads
+}
+
+// readsInformer is an informer with the record of its quorum reads.
+type readsInformer struct {
+	toolscache.SharedIndexInformer
+	reads *Reads
 }
 
 // AttachmentLapses makes the factory's VolumeAttachment informer record its
@@ -40,34 +48,58 @@ func AttachmentLapses(f informers.SharedInformerFactory) (*Lapses, *Reads, error
 	return recorded.lapses, recorded.reads, nil
 }
 
-// PodGaps makes the factory's pod informer record its gaps, and returns the
-// record. It fails if the factory made that informer already without one.
-func PodGaps(f informers.SharedInformerFactory) (*Gaps, error) {
+// PodGaps makes the factory's pod informer record its gaps and its quorum
+// reads, and returns the records. It fails if the factory made that informer
+// already without them.
+func PodGaps(f informers.SharedInformerFactory) (*Gaps, *Reads, error) {
 	recorded, ok := f.InformerFor(&v1.Pod{}, newPodInformer).(*gapsInformer)
 	if !ok {
-		return nil, fmt.Errorf("the factory's pod informer was made before the controller's: its gaps cannot be followed")
+		return nil, nil, fmt.Errorf("the factory's pod informer was made before the controller's: its gaps cannot be followed")
 	}
-	return recorded.gaps, nil
+	return recorded.gaps, recorded.reads, nil
 }
 
-// newAttachmentInformer makes the VolumeAttachment informer. Its first list, which
+// NodeReads makes the factory's node informer record its quorum reads, and
+// returns the record. It fails if the factory made that informer already
+// without one.
+func NodeReads(f informers.SharedInformerFactory) (*Reads, error) {
+	recorded, ok := f.InformerFor(&v1.Node{}, newNodeInformer).(*readsInformer)
+	if !ok {
+		return nil, fmt.Errorf("the factory's node informer was made before the controller's: its reads cannot be followed")
+	}
+	return recorded.reads, nil
+}
+
+// listPresent is an informer's list, recorded in reads. Its first list, which
 // client-go asks of the API server's cache (resourceVersion 0), asks for the
 // present instead, so that a leader whose informer listed after it began to lead
 // needs no second list at start-up; the API server serves both from its cache.
+func listPresent(reads *Reads, list func(context.Context, metav1.ListOptions) (runtime.Object, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	return func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		if opts.ResourceVersion == "0" {
+			opts.ResourceVersion = ""
+		}
+		reads.ListSent(opts)
+		out, err := list(ctx, opts)
+		reads.Listed(out, err)
+		return out, err
+	}
+}
+
+// newAttachmentInformer makes the VolumeAttachment informer, which records its
+// lapses and its quorum reads.
 func newAttachmentInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
 	record := NewLapses()
 	reads := &Reads{}
 	vas := client.StorageV1().VolumeAttachments()
+	list := listPresent(reads, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return vas.List(ctx, opts)
+	})
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			if opts.ResourceVersion == "0" {
-				opts.ResourceVersion = ""
-			}
-			reads.ListSent(opts)
-			list, err := vas.List(ctx, opts)
-			reads.Listed(list, err)
-			record.Listed(list, err)
-			return list, err
+			out, err := list(ctx, opts)
+			record.Listed(out, err)
+			return out, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			initial := reads.initialEvents(opts)
@@ -87,12 +119,38 @@ func newAttachmentInformer(client kubernetes.Interface, resync time.Duration) to
 	return &lapsesInformer{SharedIndexInformer: newInformer(lw, client, &storagev1.VolumeAttachment{}, resync), lapses: record, reads: reads}
 }
 
+// newNodeInformer makes the node informer, which records its quorum reads.
+func newNodeInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
+	reads := &Reads{}
+	nodes := client.CoreV1().Nodes()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: listPresent(reads, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return nodes.List(ctx, opts)
+		}),
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			initial := reads.initialEvents(opts)
+			w, err := nodes.Watch(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			return newRecordedWatch(w, initial, func(bool) {}), nil
+		},
+	}
+	return &readsInformer{SharedIndexInformer: newInformer(lw, client, &v1.Node{}, resync), reads: reads}
+}
+
+// newPodInformer makes the pod informer, which records its gaps and its quorum
+// reads.
 func newPodInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
 	gaps := NewGaps(time.Now)
+	reads := &Reads{}
 	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	list := listPresent(reads, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return pods.List(ctx, opts)
+	})
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			list, err := pods.List(ctx, opts)
+			list, err := list(ctx, opts)
 			switch {
 			case err != nil:
 				gaps.Failed()
@@ -102,6 +160,7 @@ func newPodInformer(client kubernetes.Interface, resync time.Duration) toolscach
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			initial := reads.initialEvents(opts)
 			w, err := pods.Watch(ctx, opts)
 			switch {
 			case err != nil:
@@ -112,14 +171,14 @@ func newPodInformer(client kubernetes.Interface, resync time.Duration) toolscach
 			default:
 				gaps.Resumed()
 			}
-			return newRecordedWatch(w, nil, func(errored bool) {
+			return newRecordedWatch(w, initial, func(errored bool) {
 				if errored && ctx.Err() == nil {
 					gaps.Failed()
 				}
 			}), nil
 		},
 	}
-	return &gapsInformer{SharedIndexInformer: newInformer(lw, client, &v1.Pod{}, resync), gaps: gaps}
+	return &gapsInformer{SharedIndexInformer: newInformer(lw, client, &v1.Pod{}, resync), gaps: gaps, reads: reads}
 }
 
 // newInformer makes the informer the factory would make, on lw.

@@ -1,9 +1,9 @@
 // Package watchrecord records when an informer stops showing what happens, and
 // when it shows it again: the controller's rules that rest on "nothing exists
 // that the informer does not show" hold only while it does. It wraps the list
-// and watch requests of the VolumeAttachment and pod informers; the rules that
-// read the records are the controller's (VolumeAttachments) and the reconciler's
-// (the wait for unmount).
+// and watch requests of the VolumeAttachment, pod and node informers; the rules
+// that read the records are the controller's (VolumeAttachments, and the
+// start-up check of all three) and the reconciler's (the wait for unmount).
 package watchrecord
 
 import (

@@ -8,10 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// A new leader must know every VolumeAttachment the previous one made before it
-// decides. A read that asks for no resourceVersion is a quorum read: the API
+// A new leader must know every VolumeAttachment the previous one made, and every
+// node and pod as they are, before it decides. A read that asks for no resourceVersion is a quorum read: the API
 // server answers with the present, never with an older copy from its cache. The
 // informer's own list is such a read when it asks for no resourceVersion (or
 // when it watches with sendInitialEvents from none, the streaming form of a
@@ -27,7 +28,8 @@ type Version struct {
 }
 
 // Read is what one quorum read of the informer returned: each object's version
-// by name, and the lead in whose time its request was sent.
+// by its key (namespace/name, or name), and the lead in whose time its request
+// was sent.
 type Read struct {
 	Objects map[string]Version
 	lead    uint64
@@ -127,7 +129,7 @@ func (r *Reads) initialEvents(opts metav1.ListOptions) func(watch.Event) {
 
 func add(read *Read, obj runtime.Object) {
 	if m, err := meta.Accessor(obj); err == nil {
-		read.Objects[m.GetName()] = Version{UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()}
+		read.Objects[toolscache.MetaObjectToName(m).String()] = Version{UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -99,5 +100,22 @@ func TestReads(t *testing.T) {
 				t.Error("a read is left after Drop")
 			}
 		})
+	}
+}
+
+// TestReadsKeyObjectsAsTheInformersCacheDoes: a namespaced object is recorded
+// under namespace/name, the key the informer's cache holds it by.
+func TestReadsKeyObjectsAsTheInformersCacheDoes(t *testing.T) {
+	r := &Reads{}
+	lead := r.Lead()
+	r.ListSent(metav1.ListOptions{})
+	r.Listed(&v1.PodList{Items: []v1.Pod{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p", ResourceVersion: "3"}}}}, nil)
+	read, ok := r.SentSince(lead)
+	if !ok {
+		t.Fatal("no read recorded")
+	}
+	want := map[string]Version{"ns/p": {UID: "uid-p", ResourceVersion: "3"}}
+	if !maps.Equal(read.Objects, want) {
+		t.Errorf("read = %v, want %v", read.Objects, want)
 	}
 }
