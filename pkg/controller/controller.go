@@ -175,6 +175,9 @@ type Controller struct {
 	// deletedNodes holds the deleted nodes to forget (see forget.go).
 	deletedNodes  workqueue.TypedRateLimitingInterface[string]
 	backoffExpiry time.Duration
+	// presentWait is how long the start-up check gives an informer to apply
+	// the changes up to the present (see startup.go).
+	presentWait time.Duration
 }
 
 // Clients are the API clients the controller writes with.
@@ -218,6 +221,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		},
 		deletedNodes:  newDeletedNodesQueue(),
 		backoffExpiry: backoffExpiryPeriod,
+		presentWait:   presentWaitPeriod,
 	}
 	if opts.Shadow {
 		for _, e := range shadow.Expectations {

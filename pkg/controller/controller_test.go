@@ -402,6 +402,10 @@ func TestWaitForCurrentInformers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestController(t, tc.server...)
+			// The objects of the API server are at version 7 at most.
+			presentVersionIs(c.client.(*fake.Clientset), "nodes", "7")
+			presentVersionIs(c.client.(*fake.Clientset), "pods", "7")
+			c.presentWait = 0
 			addToInformers(t, c, tc.informer...)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
@@ -413,22 +417,27 @@ func TestWaitForCurrentInformers(t *testing.T) {
 	}
 }
 
+// fullLists counts the lists of every object of the resource sent to client:
+// not those of one object, which read the present's resourceVersion.
+func fullLists(client *fake.Clientset, resource string) int {
+	n := 0
+	for _, a := range client.Actions() {
+		if l, ok := a.(clienttesting.ListActionImpl); ok && l.GetResource().Resource == resource && l.GetListOptions().Limit != 1 {
+			n++
+		}
+	}
+	return n
+}
+
 // TestStartupCheckListsOnlyWhatIsStillBehind: a check that passed is not run
 // again while another waits for its informer.
 func TestStartupCheckListsOnlyWhatIsStillBehind(t *testing.T) {
 	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
 	c := newTestController(t, node("node-a", nil, nil), pod)
+	c.presentWait = 0
 	addToInformers(t, c, node("node-a", nil, nil))
 	client := c.client.(*fake.Clientset)
-	lists := func(resource string) int {
-		n := 0
-		for _, a := range client.Actions() {
-			if a.GetVerb() == "list" && a.GetResource().Resource == resource {
-				n++
-			}
-		}
-		return n
-	}
+	lists := func(resource string) int { return fullLists(client, resource) }
 	done := make(chan error, 1)
 	go func() { done <- c.waitForCurrentInformers(t.Context()) }()
 	for lists("pods") < 3 {

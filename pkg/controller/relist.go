@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -21,7 +24,10 @@ import (
 //  2. a quorum list of VolumeAttachments, taken after that, names only objects
 //     that the actual state records (what the event handlers have processed,
 //     not only what the informer's cache holds) or that a later quorum list no
-//     longer names (deleted since).
+//     longer names (deleted since). The informer's cache stands for the list
+//     once it has applied every change up to a quorum read of one object taken
+//     after that (cacheAtPresent): it then holds that moment's objects or later
+//     ones, and those it no longer holds were deleted since.
 //
 // An end or failure during the proof starts it again. Multi-attach volumes,
 // in-tree iSCSI and Fibre Channel volumes (which have no VolumeAttachment) and
@@ -86,7 +92,16 @@ func (c *Controller) markIncomplete(ctx context.Context) func() {
 // lapses, or ctx ended.
 func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool, error) {
 	logger := klog.FromContext(ctx)
-	pending, err := c.listAttachments(ctx)
+	existing := c.listAttachments
+	held := c.informers.attachments.Informer().GetIndexer()
+	at, err := c.cacheAtPresent(ctx, listVersion(c.client.StorageV1().VolumeAttachments().List), held)
+	if err != nil {
+		logger.Error(err, "Reading the present of VolumeAttachments; listing them")
+	}
+	if at {
+		existing = c.cachedAttachments
+	}
+	pending, err := existing(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -107,16 +122,30 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 		if now, _, _ := c.attachmentWatches.State(); now != lapses {
 			return false, nil
 		}
-		existing, err := c.listAttachments(ctx)
+		now, err := existing(ctx)
 		if err != nil {
 			return false, err
 		}
 		for name, uid := range pending {
-			if existing[name] != uid {
+			if now[name] != uid {
 				delete(pending, name)
 			}
 		}
 	}
+}
+
+// cachedAttachments returns the name and UID of every VolumeAttachment the
+// informer's cache holds.
+func (c *Controller) cachedAttachments(context.Context) (map[string]types.UID, error) {
+	vas, err := c.informers.attachments.Lister().List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
+	}
+	out := make(map[string]types.UID, len(vas))
+	for _, va := range vas {
+		out[va.Name] = va.UID
+	}
+	return out, nil
 }
 
 // sleep waits for d, and reports false if ctx ended first.

@@ -40,8 +40,12 @@ import (
 //
 // The quorum read is the informer's own list if it was one sent since the
 // controller leads (see package watchrecord) and the informer holds each object
-// it returned, as that very object at that version or a later one; otherwise,
-// as when an object it returned was deleted since, a list of its own.
+// it returned, as that very object at that version or a later one. Otherwise,
+// as for a standby whose informers listed before it led, a quorum read of one
+// object gives the present's resourceVersion: an informer whose cache has
+// applied the changes up to it, in the order the API server made them, holds
+// the present or a later state (cacheAtPresent). Only if it does not does the
+// controller list every object.
 //
 // The three checks run side by side, and one that passed is not run again: an
 // informer never goes back to an older state, so what a quorum read proved
@@ -49,13 +53,16 @@ import (
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	inf := c.informers
-	pending := []informerCheck{
+	pending := []*informerCheck{
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", behindKey: "attachmentsBehind", behind: c.attachmentsBehind,
-			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer()},
+			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
+			presentVersion: listVersion(c.client.StorageV1().VolumeAttachments().List)},
 		{kind: "Node", listed: "nodes", behindKey: "nodesBehind", behind: c.nodesBehind,
-			reads: inf.nodeReads, lead: c.leads.nodes, held: inf.nodes.Informer().GetIndexer()},
+			reads: inf.nodeReads, lead: c.leads.nodes, held: inf.nodes.Informer().GetIndexer(),
+			presentVersion: listVersion(c.client.CoreV1().Nodes().List)},
 		{kind: "Pod", listed: "pods", behindKey: "podsBehind", behind: c.podsBehind,
-			reads: inf.podReads, lead: c.leads.pods, held: inf.pods.Informer().GetIndexer()},
+			reads: inf.podReads, lead: c.leads.pods, held: inf.pods.Informer().GetIndexer(),
+			presentVersion: listVersion(c.client.CoreV1().Pods("").List)},
 	}
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		current := make([]bool, len(pending))
@@ -66,6 +73,18 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 					logger.V(2).Info("The "+check.kind+" informer's own list was a quorum read sent since this controller leads: no second list", check.listed, n)
 					current[i] = true
 					return
+				}
+				if !check.triedPresent {
+					check.triedPresent = true
+					at, err := c.cacheAtPresent(ctx, check.presentVersion, check.held)
+					switch {
+					case err != nil:
+						logger.Error(err, "Reading the present of "+check.listed+" to check the informer is current; listing them")
+					case at:
+						logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads: no second list")
+						current[i] = true
+						return
+					}
 				}
 				behind, err := check.behind(ctx)
 				switch {
@@ -102,21 +121,69 @@ type informerLeads struct {
 	attachments, nodes, pods uint64
 }
 
+// presentWaitPeriod is how long the controller waits for an informer to apply
+// the changes up to the present's resourceVersion before it lists every object
+// instead.
+const presentWaitPeriod = time.Second
+
 // informerCheck is one informer's start-up check: reads is the record of the
-// informer's own quorum reads and held its cache; behind counts what the
-// informer lacks against a quorum list of its own.
+// informer's own quorum reads and held its cache; presentVersion reads the
+// resourceVersion of the present, which the cache is given one chance to reach
+// (triedPresent); behind counts what the informer lacks against a quorum list
+// of its own.
 type informerCheck struct {
 	kind, listed, behindKey string
 	reads                   *watchrecord.Reads
 	lead                    uint64
 	held                    toolscache.Indexer
+	presentVersion          func(context.Context) (string, error)
+	triedPresent            bool
 	behind                  func(context.Context) (int, error)
+}
+
+// cacheAtPresent reads the present's resourceVersion with presentVersion and
+// waits up to c.presentWait for the informer's cache to have applied every
+// change up to it (client-go keeps the version of the last change or bookmark
+// its cache applied). A cache there holds the state of that moment or a later
+// one: the API server sends the changes of a resource in the order it made
+// them. It reports false if the cache did not get there in time, which is the
+// case when nothing changed since nor a bookmark came.
+func (c *Controller) cacheAtPresent(ctx context.Context, presentVersion func(context.Context) (string, error), cache toolscache.Store) (bool, error) {
+	present, err := presentVersion(ctx)
+	if err != nil {
+		return false, fmt.Errorf("reading the present resourceVersion: %w", err)
+	}
+	if present == "" {
+		return false, nil
+	}
+	deadline := time.Now().Add(c.presentWait)
+	for !atLeastVersion(cache.LastStoreSyncResourceVersion(), present) {
+		if !time.Now().Before(deadline) {
+			return false, nil
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return false, ctx.Err()
+		}
+	}
+	return true, nil
+}
+
+// listVersion makes a quorum read of one object of a resource that returns the
+// resourceVersion of the present.
+func listVersion[L interface{ GetResourceVersion() string }](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		l, err := list(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return "", err
+		}
+		return l.GetResourceVersion(), nil
+	}
 }
 
 // ownReadHeld tells whether the informer's own latest quorum read was sent since
 // the controller leads and the informer holds each object it returned, as that
 // very object (its UID) at that version or a later one; n is how many there were.
-func (check informerCheck) ownReadHeld() (n int, ok bool) {
+func (check *informerCheck) ownReadHeld() (n int, ok bool) {
 	read, ok := check.reads.SentSince(check.lead)
 	if !ok {
 		return 0, false
