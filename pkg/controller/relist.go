@@ -94,14 +94,11 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 	logger := klog.FromContext(ctx)
 	existing := c.listAttachments
 	held := c.informers.attachments.Informer().GetIndexer()
-	at, err := c.cacheAtPresent(ctx, listVersion(c.client.StorageV1().VolumeAttachments().List), held)
-	if err != nil {
-		logger.Error(err, "Reading the present of VolumeAttachments; listing them")
-	}
+	at, pending, err := cacheAtPresentOrList(ctx, c, listVersion(c.client.StorageV1().VolumeAttachments().List), held, c.listAttachments)
 	if at {
 		existing = c.cachedAttachments
+		pending, err = existing(ctx)
 	}
-	pending, err := existing(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -222,33 +222,3 @@ func liveDecision(c *Controller, vol volumename.UniqueName, node string) reconci
 	}
 	return reconciler.Decision{}
 }
-
-// TestTheProofTakesACacheAtThePresent: after a lapse, an informer cache that has
-// applied every change up to a quorum read of one object stands for a quorum
-// list of every VolumeAttachment: the informer's own list after the lapse is the
-// only list of them all. A second list of every VolumeAttachment after each
-// lapse was half the work of a new leader's first single-attach attach.
-func TestTheProofTakesACacheAtThePresent(t *testing.T) {
-	client := fake.NewClientset(node("node-a", nil, nil), volumeAttachment("vol-1", "node-a", pvSource("pv-1"), true))
-	watches := newVAWatches(client)
-	c := newControllerWithoutPass(t, client)
-	runUntilReady(t, c)
-	if !eventually(10*time.Second, func() bool { return c.actual.Incomplete() == "" }) {
-		t.Fatal("every VolumeAttachment was never known at start-up")
-	}
-	before := fullLists(client, "volumeattachments")
-	lapsed, _, _ := c.attachmentWatches.State()
-	if !eventually(10*time.Second, watches.expire) {
-		t.Fatal("the VolumeAttachment informer never watched")
-	}
-	if !eventually(10*time.Second, func() bool {
-		lapses, resumed, _ := c.attachmentWatches.State()
-		return lapses > lapsed && resumed && c.actual.Incomplete() == ""
-	}) {
-		lapses, resumed, _ := c.attachmentWatches.State()
-		t.Fatalf("every VolumeAttachment was never known again after the lapse: lapses %d, resumed %t, incomplete %q", lapses, resumed, c.actual.Incomplete())
-	}
-	if n := fullLists(client, "volumeattachments") - before; n != 1 {
-		t.Errorf("VolumeAttachments listed %d times since the lapse, want once: the informer's own list", n)
-	}
-}

@@ -74,20 +74,11 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 					current[i] = true
 					return
 				}
-				if !check.triedPresent {
-					check.triedPresent = true
-					at, err := c.cacheAtPresent(ctx, check.presentVersion, check.held)
-					switch {
-					case err != nil:
-						logger.Error(err, "Reading the present of "+check.listed+" to check the informer is current; listing them")
-					case at:
-						logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads: no second list")
-						current[i] = true
-						return
-					}
-				}
-				behind, err := check.behind(ctx)
+				at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind)
 				switch {
+				case at:
+					logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads")
+					current[i] = true
 				case err != nil:
 					logger.Error(err, "Listing "+check.listed+" to check the informer is current; retrying")
 				case behind > 0:
@@ -121,24 +112,65 @@ type informerLeads struct {
 	attachments, nodes, pods uint64
 }
 
-// presentWaitPeriod is how long the controller waits for an informer to apply
-// the changes up to the present's resourceVersion before it lists every object
-// instead.
-const presentWaitPeriod = time.Second
+// presentWaitPeriod bounds the wait for an informer to apply the changes up to
+// the present's resourceVersion; a quorum list usually answers sooner.
+const presentWaitPeriod = 5 * time.Second
 
 // informerCheck is one informer's start-up check: reads is the record of the
 // informer's own quorum reads and held its cache; presentVersion reads the
-// resourceVersion of the present, which the cache is given one chance to reach
-// (triedPresent); behind counts what the informer lacks against a quorum list
-// of its own.
+// resourceVersion of the present, which the cache may reach while a quorum list
+// is on its way; behind counts what the informer lacks against a quorum list of
+// its own.
 type informerCheck struct {
 	kind, listed, behindKey string
 	reads                   *watchrecord.Reads
 	lead                    uint64
 	held                    toolscache.Indexer
 	presentVersion          func(context.Context) (string, error)
-	triedPresent            bool
 	behind                  func(context.Context) (int, error)
+}
+
+// cacheAtPresentOrList proves an informer current by whichever comes first: its
+// cache reaching the present (cacheAtPresent), or list, a quorum list of every
+// object, answering. The list is called off when the cache gets there first
+// (atPresent, and no result of list); a list that fails waits for the cache. The cache of a resource that often
+// changes gets there in milliseconds, long before a list of 10,000 objects; one
+// of a resource that did not change since only at the next bookmark, which may
+// be a minute away.
+func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVersion func(context.Context) (string, error), cache toolscache.Store, list func(context.Context) (T, error)) (atPresent bool, listed T, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		listed T
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		listed, err := list(ctx)
+		answered <- answer{listed, err}
+	}()
+	reached := make(chan bool, 1)
+	go func() {
+		at, err := c.cacheAtPresent(ctx, presentVersion, cache)
+		if err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Could not read the present; the quorum list decides", "err", err)
+		}
+		reached <- at
+	}()
+	for {
+		select {
+		case at := <-reached:
+			if at {
+				return true, listed, nil
+			}
+			reached = nil
+		case a := <-answered:
+			if a.err != nil && reached != nil && <-reached {
+				return true, listed, nil
+			}
+			return false, a.listed, a.err
+		}
+	}
 }
 
 // cacheAtPresent reads the present's resourceVersion with presentVersion and
