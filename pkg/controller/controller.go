@@ -161,8 +161,10 @@ type Controller struct {
 	status     *statusupdater.Updater
 	metrics    *metrics.Metrics
 	// attachmentWatches records the lapses of the VolumeAttachment informer
-	// (see relist.go).
+	// (see relist.go), and attachmentsProven after which of them the start-up
+	// check's read was sent.
 	attachmentWatches *watchrecord.Lapses
+	attachmentsProven provenLapses
 	// leads is what the informers' records of quorum reads returned when the
 	// controller was made: its process leads from then on, so a quorum read sent
 	// since shows every write of an earlier leader.
@@ -352,8 +354,13 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started),
 		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
+	proven := uint64(0)
+	if p := c.attachmentsProven; p.ok && c.attachmentWatches.IfNoLapseSince(p.lapses, func() { c.actual.SetIncomplete("") }) {
+		proven = p.lapses
+		logger.V(2).Info("The start-up check proved every VolumeAttachment known", "lapses", proven)
+	}
 	onReady()
-	go c.proveAttachments(ctx)
+	go c.proveAttachments(ctx, proven)
 	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
 	if c.opts.Shadow {

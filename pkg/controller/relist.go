@@ -39,11 +39,11 @@ import (
 const incompleteReason = "the VolumeAttachment informer stopped watching; a single-attach volume is attached nowhere new until every VolumeAttachment that exists is known"
 
 // proveAttachments keeps the actual state marked incomplete from each lapse of
-// the VolumeAttachment informer until it is proven complete again, and then
-// re-queues every volume a pod needs, since their attaches waited.
-func (c *Controller) proveAttachments(ctx context.Context) {
+// the VolumeAttachment informer after the proven ones until it is proven complete
+// again, and then re-queues every volume a pod needs, since their attaches
+// waited.
+func (c *Controller) proveAttachments(ctx context.Context, proven uint64) {
 	logger := klog.FromContext(ctx)
-	proven := uint64(0)
 	for ctx.Err() == nil {
 		lapses, resumed, changed := c.attachmentWatches.State()
 		switch {

@@ -53,10 +53,13 @@ import (
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	inf := c.informers
+	c.attachmentsProven = provenLapses{}
 	pending := []*informerCheck{
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", behindKey: "attachmentsBehind", behind: c.attachmentsBehind,
 			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
-			presentVersion: listVersion(c.client.StorageV1().VolumeAttachments().List)},
+			presentVersion: listVersion(c.client.StorageV1().VolumeAttachments().List),
+			lapses:         c.attachmentWatches,
+			proven:         &c.attachmentsProven},
 		{kind: "Node", listed: "nodes", behindKey: "nodesBehind", behind: c.nodesBehind,
 			reads: inf.nodeReads, lead: c.leads.nodes, held: inf.nodes.Informer().GetIndexer(),
 			presentVersion: listVersion(c.client.CoreV1().Nodes().List)},
@@ -69,11 +72,13 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for i, check := range pending {
 			wg.Go(func() {
-				if n, ok := check.ownReadHeld(); ok {
-					logger.V(2).Info("The "+check.kind+" informer's own list was a quorum read sent since this controller leads: no second list", check.listed, n)
+				if read, ok := check.ownReadHeld(); ok {
+					logger.V(2).Info("The "+check.kind+" informer's own list was a quorum read sent since this controller leads: no second list", check.listed, len(read.Objects))
 					current[i] = true
+					check.provenAfter(read.AfterLapses, true)
 					return
 				}
+				lapses, resumed := check.lapsesNow()
 				at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind)
 				switch {
 				case at:
@@ -85,6 +90,9 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 					logger.Info(check.kind+" informer is behind the API server; waiting", check.behindKey, behind)
 				default:
 					current[i] = true
+				}
+				if current[i] {
+					check.provenAfter(lapses, resumed)
 				}
 			})
 		}
@@ -121,6 +129,11 @@ const presentWaitPeriod = 5 * time.Second
 // resourceVersion of the present, which the cache may reach while a quorum list
 // is on its way; behind counts what the informer lacks against a quorum list of
 // its own.
+//
+// For the VolumeAttachment informer, lapses is the record of its lapses, and
+// proven is told after which lapse the read that passed the check was sent: it
+// is also the proof that every VolumeAttachment is known (see relist.go) once
+// the state is rebuilt from the cache, if the informer has not lapsed since.
 type informerCheck struct {
 	kind, listed, behindKey string
 	reads                   *watchrecord.Reads
@@ -128,6 +141,33 @@ type informerCheck struct {
 	held                    toolscache.Indexer
 	presentVersion          func(context.Context) (string, error)
 	behind                  func(context.Context) (int, error)
+	lapses                  *watchrecord.Lapses
+	proven                  *provenLapses
+}
+
+// provenLapses tells that a quorum read sent after the informer's lapses-th lapse,
+// once it had resumed, showed nothing the cache lacks.
+type provenLapses struct {
+	lapses uint64
+	ok     bool
+}
+
+// lapsesNow returns the informer's lapses so far and whether it resumed since the
+// last; with no record of lapses, none.
+func (check *informerCheck) lapsesNow() (uint64, bool) {
+	if check.lapses == nil {
+		return 0, false
+	}
+	lapses, resumed, _ := check.lapses.State()
+	return lapses, resumed
+}
+
+// provenAfter records that the read that passed the check was sent after the
+// informer's lapses-th lapse, and after it resumed if resumed.
+func (check *informerCheck) provenAfter(lapses uint64, resumed bool) {
+	if check.proven != nil && resumed {
+		*check.proven = provenLapses{lapses: lapses, ok: true}
+	}
 }
 
 // cacheAtPresentOrList proves an informer current by whichever comes first: its
@@ -215,22 +255,22 @@ func listVersion[L interface{ GetResourceVersion() string }](list func(context.C
 // ownReadHeld tells whether the informer's own latest quorum read was sent since
 // the controller leads and the informer holds each object it returned, as that
 // very object (its UID) at that version or a later one; n is how many there were.
-func (check *informerCheck) ownReadHeld() (n int, ok bool) {
-	read, ok := check.reads.SentSince(check.lead)
+func (check *informerCheck) ownReadHeld() (read watchrecord.Read, ok bool) {
+	read, ok = check.reads.SentSince(check.lead)
 	if !ok {
-		return 0, false
+		return read, false
 	}
 	for key, v := range read.Objects {
 		obj, exists, err := check.held.GetByKey(key)
 		if err != nil || !exists {
-			return 0, false
+			return read, false
 		}
 		m, err := meta.Accessor(obj)
 		if err != nil || m.GetUID() != v.UID || !atLeastVersion(m.GetResourceVersion(), v.ResourceVersion) {
-			return 0, false
+			return read, false
 		}
 	}
-	return len(read.Objects), true
+	return read, true
 }
 
 // attachmentsBehind counts the VolumeAttachments that the informer does not

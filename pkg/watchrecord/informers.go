@@ -90,7 +90,7 @@ func listPresent(reads *Reads, list func(context.Context, metav1.ListOptions) (r
 // lapses and its quorum reads.
 func newAttachmentInformer(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
 	record := NewLapses()
-	reads := &Reads{}
+	reads := &Reads{lapses: record}
 	vas := client.StorageV1().VolumeAttachments()
 	list := listPresent(reads, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return vas.List(ctx, opts)

@@ -28,16 +28,20 @@ type Version struct {
 }
 
 // Read is what one quorum read of the informer returned: each object's version
-// by its key (namespace/name, or name), and the lead in whose time its request
-// was sent.
+// by its key (namespace/name, or name), the lead in whose time its request was
+// sent, and how many lapses the informer had had when it was sent (0 for an
+// informer whose lapses are not counted).
 type Read struct {
-	Objects map[string]Version
-	lead    uint64
+	Objects     map[string]Version
+	AfterLapses uint64
+	lead        uint64
 }
 
 // Reads keeps the latest quorum read of an informer that completed.
 type Reads struct {
-	mu sync.Mutex
+	// lapses, if not nil, counts the informer's lapses.
+	lapses *Lapses
+	mu     sync.Mutex
 	// lead counts the times a controller began to lead (Lead).
 	lead uint64
 	// listing is the list being read page by page, if it is a quorum read.
@@ -67,7 +71,7 @@ func (r *Reads) ListSent(opts metav1.ListOptions) {
 	switch {
 	case opts.Continue != "":
 	case Consistent(opts):
-		r.listing = &Read{Objects: map[string]Version{}, lead: r.lead}
+		r.listing = r.newRead()
 	default:
 		r.listing = nil
 	}
@@ -107,7 +111,7 @@ func (r *Reads) initialEvents(opts metav1.ListOptions) func(watch.Event) {
 		return func(watch.Event) {}
 	}
 	r.mu.Lock()
-	read := &Read{Objects: map[string]Version{}, lead: r.lead}
+	read := r.newRead()
 	r.mu.Unlock()
 	return func(ev watch.Event) {
 		if read == nil {
@@ -125,6 +129,15 @@ func (r *Reads) initialEvents(opts metav1.ListOptions) func(watch.Event) {
 			}
 		}
 	}
+}
+
+// newRead starts a read sent now; r.mu is held.
+func (r *Reads) newRead() *Read {
+	read := &Read{Objects: map[string]Version{}, lead: r.lead}
+	if r.lapses != nil {
+		read.AfterLapses, _, _ = r.lapses.State()
+	}
+	return read
 }
 
 func add(read *Read, obj runtime.Object) {

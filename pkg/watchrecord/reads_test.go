@@ -119,3 +119,28 @@ func TestReadsKeyObjectsAsTheInformersCacheDoes(t *testing.T) {
 		t.Errorf("read = %v, want %v", read.Objects, want)
 	}
 }
+
+// TestReadsTellAfterWhichLapseTheyWereSent: a read proves that every object is
+// known only for the lapses before it was sent.
+func TestReadsTellAfterWhichLapseTheyWereSent(t *testing.T) {
+	lapses := NewLapses()
+	r := &Reads{lapses: lapses}
+	lead := r.Lead()
+	read := func() Read {
+		t.Helper()
+		r.ListSent(metav1.ListOptions{})
+		r.Listed(page("", va("a", "5")), nil)
+		got, ok := r.SentSince(lead)
+		if !ok {
+			t.Fatal("no read recorded")
+		}
+		return got
+	}
+	if got := read(); got.AfterLapses != 0 {
+		t.Errorf("a read before any lapse tells %d lapses, want 0", got.AfterLapses)
+	}
+	lapses.Listed(nil, errors.New("etcdserver: request timed out"))
+	if got := read(); got.AfterLapses != 1 {
+		t.Errorf("a read after the first lapse tells %d lapses, want 1", got.AfterLapses)
+	}
+}
