@@ -3,7 +3,6 @@ package controller
 import (
 	"errors"
 	"os"
-	"slices"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
+
+	"github.com/attachdetach-controller/attachdetach-controller/internal/rbacperm"
 )
 
 // refuseReadsTheRoleDoesNotGrant makes client answer every get, list and watch
@@ -29,29 +30,26 @@ func refuseReadsTheRoleDoesNotGrant(t *testing.T, client *fake.Clientset) {
 	if err := yaml.UnmarshalStrict(raw, &role); err != nil {
 		t.Fatal(err)
 	}
+	perms := rbacperm.Of(role.Rules)
 	client.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if verb := a.GetVerb(); (verb != "get" && verb != "list") || granted(role.Rules, a) {
+		if verb := a.GetVerb(); (verb != "get" && verb != "list") || granted(perms, a) {
 			return false, nil, nil
 		}
 		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("not granted by manifests/clusterrole.yaml"))
 	})
 	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
-		if granted(role.Rules, a) {
+		if granted(perms, a) {
 			return false, nil, nil
 		}
 		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("not granted by manifests/clusterrole.yaml"))
 	})
 }
 
-// granted tells whether a rule lets the action through.
-func granted(rules []rbacv1.PolicyRule, a clienttesting.Action) bool {
+// granted tells whether the permissions let the action through.
+func granted(perms map[rbacperm.Permission]bool, a clienttesting.Action) bool {
 	resource := a.GetResource().Resource
 	if sub := a.GetSubresource(); sub != "" {
 		resource += "/" + sub
 	}
-	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.APIGroups, a.GetResource().Group) &&
-			slices.Contains(r.Resources, resource) &&
-			slices.Contains(r.Verbs, a.GetVerb())
-	})
+	return perms[rbacperm.Permission{Group: a.GetResource().Group, Resource: resource, Verb: a.GetVerb()}]
 }

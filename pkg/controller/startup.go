@@ -173,10 +173,10 @@ func (check *informerCheck) provenAfter(lapses uint64, resumed bool) {
 // cacheAtPresentOrList proves an informer current by whichever comes first: its
 // cache reaching the present (cacheAtPresent), or list, a quorum list of every
 // object, answering. The list is called off when the cache gets there first
-// (atPresent, and no result of list); a list that fails waits for the cache. The cache of a resource that often
-// changes gets there in milliseconds, long before a list of 10,000 objects; one
-// of a resource that did not change since only at the next bookmark, which may
-// be a minute away.
+// (atPresent, and no result of list); a list that fails waits for the cache.
+// The cache of a resource that often changes gets there in milliseconds, long
+// before a list of 10,000 objects; one of a resource that did not change since
+// only at the next bookmark, which may be a minute away.
 func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVersion func(context.Context) (string, error), cache toolscache.Store, list func(context.Context) (T, error)) (atPresent bool, listed T, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -48,7 +48,7 @@ type request struct {
 
 // isWrite tells whether the request changes something.
 func (r request) isWrite() bool {
-	if reviews[r.permission.group+"/"+r.permission.resource] {
+	if reviews[r.permission.Group+"/"+r.permission.Resource] {
 		return false
 	}
 	switch r.verb {
@@ -84,7 +84,7 @@ func auditedRequests() ([]request, error) {
 			if ev.Subresource != "" {
 				resource += "/" + ev.Subresource
 			}
-			r.permission = permission{group: ev.APIGroup, resource: resource, verb: ev.Verb}
+			r.permission = permission{Group: ev.APIGroup, Resource: resource, Verb: ev.Verb}
 		}
 		requests[i] = r
 	}

@@ -35,21 +35,21 @@ const (
 // explainPermissions is what explain's snapshot reads: the controller's informers,
 // which list and watch (or, with client-go's watch-list, only watch).
 var explainPermissions = []permission{
-	{"", "pods", "list"}, {"", "pods", "watch"},
-	{"", "nodes", "list"}, {"", "nodes", "watch"},
-	{"", "persistentvolumeclaims", "list"}, {"", "persistentvolumeclaims", "watch"},
-	{"", "persistentvolumes", "list"}, {"", "persistentvolumes", "watch"},
-	{"storage.k8s.io", "csidrivers", "list"}, {"storage.k8s.io", "csidrivers", "watch"},
-	{"storage.k8s.io", "csinodes", "list"}, {"storage.k8s.io", "csinodes", "watch"},
-	{"storage.k8s.io", "volumeattachments", "list"}, {"storage.k8s.io", "volumeattachments", "watch"},
+	{Group: "", Resource: "pods", Verb: "list"}, {Group: "", Resource: "pods", Verb: "watch"},
+	{Group: "", Resource: "nodes", Verb: "list"}, {Group: "", Resource: "nodes", Verb: "watch"},
+	{Group: "", Resource: "persistentvolumeclaims", Verb: "list"}, {Group: "", Resource: "persistentvolumeclaims", Verb: "watch"},
+	{Group: "", Resource: "persistentvolumes", Verb: "list"}, {Group: "", Resource: "persistentvolumes", Verb: "watch"},
+	{Group: "storage.k8s.io", Resource: "csidrivers", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csidrivers", Verb: "watch"},
+	{Group: "storage.k8s.io", Resource: "csinodes", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csinodes", Verb: "watch"},
+	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "list"}, {Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "watch"},
 }
 
 // explainLeaderPermissions is what explain --from-leader does in the leader's
 // namespace: read the Lease, then forward a port to the pod it names through the
 // API server.
 var explainLeaderPermissions = []permission{
-	{"coordination.k8s.io", "leases", "get"},
-	{"", "pods/portforward", "create"},
+	{Group: "coordination.k8s.io", Resource: "leases", Verb: "get"},
+	{Group: "", Resource: "pods/portforward", Verb: "create"},
 }
 
 // explainURL is the leader's path explain --from-leader asks with the user's
@@ -79,7 +79,7 @@ func TestExplainReaderRoles(t *testing.T) {
 		t.Errorf("ClusterRole %s does not grant get on %s, which explain --from-leader asks the leader", clusterRole.Name, explainURL)
 	}
 	for _, p := range sortedPermissions(permissions(clusterRole.Rules)) {
-		if !slices.Contains([]string{"get", "list", "watch"}, p.verb) {
+		if !slices.Contains([]string{"get", "list", "watch"}, p.Verb) {
 			t.Errorf("ClusterRole %s grants %s, a write", clusterRole.Name, p)
 		}
 	}
@@ -202,18 +202,18 @@ func checkExplainGranted(t *testing.T, requests []request) {
 	read := map[string]bool{}
 	for _, req := range requests {
 		used[req.permission] = true
-		read[req.permission.group+"/"+req.permission.resource] = true
+		read[req.permission.Group+"/"+req.permission.Resource] = true
 		if req.code == 403 {
 			t.Errorf("refused: %s", req)
 		}
 		byRole := req.namespace == controllerNamespace && inNamespace[req.permission] &&
-			(req.permission.resource != "leases" || req.name == defaultLease)
+			(req.permission.Resource != "leases" || req.name == defaultLease)
 		if !clusterWide[req.permission] && !byRole {
 			t.Errorf("not granted by the %s component: %s", explainComponent, req)
 		}
 	}
 	for _, p := range sortedPermissions(clusterWide) {
-		if resource := p.group + "/" + p.resource; !read[resource] {
+		if resource := p.Group + "/" + p.Resource; !read[resource] {
 			t.Errorf("ClusterRole %s grants %s, which explain did not read", clusterRole.Name, p)
 			read[resource] = true
 		}

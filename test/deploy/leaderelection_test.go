@@ -227,7 +227,7 @@ func waitGauge(t *testing.T, r *replica, want float64) {
 // first successful write of the Lease, as a standby never writes it.
 func leaseAcquired(requests []request, lease string) (time.Time, bool) {
 	for _, r := range requests {
-		if r.permission.resource == "leases" && r.name == lease && r.isWrite() && r.code/100 == 2 {
+		if r.permission.Resource == "leases" && r.name == lease && r.isWrite() && r.code/100 == 2 {
 			return r.received, true
 		}
 	}
@@ -261,7 +261,7 @@ func checkOnlyLeaderWrites(t *testing.T, lease string, replicas []*replica) []re
 	for _, r := range replicas {
 		i := slices.IndexFunc(terms, func(tm *term) bool { return tm.r == r })
 		for _, req := range requestsOf(all, r.credential) {
-			if !req.isWrite() || req.permission.resource == "leases" {
+			if !req.isWrite() || req.permission.Resource == "leases" {
 				continue
 			}
 			switch {
@@ -293,7 +293,7 @@ func takeoverTimes(t *testing.T, requests []request, r *replica, lease string, s
 	if !ok {
 		t.Fatalf("replica %s never took the lease", r.name)
 	}
-	i := slices.IndexFunc(mine, func(req request) bool { return req.isWrite() && req.permission.resource != "leases" })
+	i := slices.IndexFunc(mine, func(req request) bool { return req.isWrite() && req.permission.Resource != "leases" })
 	if i < 0 {
 		t.Fatalf("replica %s never wrote anything", r.name)
 	}
@@ -304,7 +304,7 @@ func takeoverTimes(t *testing.T, requests []request, r *replica, lease string, s
 // name succeeded.
 func madeRequest(requests []request, verb, name string) bool {
 	return slices.ContainsFunc(requests, func(r request) bool {
-		return r.permission.resource == "volumeattachments" && r.verb == verb && r.name == name && r.code/100 == 2
+		return r.permission.Resource == "volumeattachments" && r.verb == verb && r.name == name && r.code/100 == 2
 	})
 }
 

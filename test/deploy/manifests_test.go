@@ -28,35 +28,35 @@ import (
 // leader Lease, and so exactly what the ClusterRole must grant.
 var controllerPermissions = []permission{
 	// Informers.
-	{"", "pods", "list"}, {"", "pods", "watch"},
-	{"", "nodes", "list"}, {"", "nodes", "watch"},
+	{Group: "", Resource: "pods", Verb: "list"}, {Group: "", Resource: "pods", Verb: "watch"},
+	{Group: "", Resource: "nodes", Verb: "list"}, {Group: "", Resource: "nodes", Verb: "watch"},
 	// A node's status read from the API server before a detach.
-	{"", "nodes", "get"},
-	{"", "persistentvolumeclaims", "list"}, {"", "persistentvolumeclaims", "watch"},
-	{"", "persistentvolumes", "list"}, {"", "persistentvolumes", "watch"},
-	{"storage.k8s.io", "csidrivers", "list"}, {"storage.k8s.io", "csidrivers", "watch"},
-	{"storage.k8s.io", "csinodes", "list"}, {"storage.k8s.io", "csinodes", "watch"},
+	{Group: "", Resource: "nodes", Verb: "get"},
+	{Group: "", Resource: "persistentvolumeclaims", Verb: "list"}, {Group: "", Resource: "persistentvolumeclaims", Verb: "watch"},
+	{Group: "", Resource: "persistentvolumes", Verb: "list"}, {Group: "", Resource: "persistentvolumes", Verb: "watch"},
+	{Group: "storage.k8s.io", Resource: "csidrivers", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csidrivers", Verb: "watch"},
+	{Group: "storage.k8s.io", Resource: "csinodes", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csinodes", Verb: "watch"},
 	// The VolumeAttachment informer, the quorum list after taking the lease, attach
 	// and detach.
-	{"storage.k8s.io", "volumeattachments", "list"}, {"storage.k8s.io", "volumeattachments", "watch"},
-	{"storage.k8s.io", "volumeattachments", "create"}, {"storage.k8s.io", "volumeattachments", "delete"},
+	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "list"}, {Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "watch"},
+	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "create"}, {Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "delete"},
 	// An object read back after a write of unknown outcome.
-	{"storage.k8s.io", "volumeattachments", "get"},
+	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "get"},
 	// node.status.volumesAttached.
-	{"", "nodes/status", "patch"},
+	{Group: "", Resource: "nodes/status", Verb: "patch"},
 	// Pod events through client-go's core/v1 event recorder, which creates an event
 	// and patches it when it repeats.
-	{"", "events", "create"}, {"", "events", "patch"},
+	{Group: "", Resource: "events", Verb: "create"}, {Group: "", Resource: "events", Verb: "patch"},
 	// The HTTPS endpoint's reviews of a scraper's token and of its permission.
-	{"authentication.k8s.io", "tokenreviews", "create"}, {"authorization.k8s.io", "subjectaccessreviews", "create"},
+	{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"}, {Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"},
 }
 
 // leaderElectionPermissions is what client-go's Lease lock does with its Lease,
 // and a standby's watch of it (package leasewatch), and so exactly what the
 // leader-election Role must grant.
 var leaderElectionPermissions = []permission{
-	{"coordination.k8s.io", "leases", "get"}, {"coordination.k8s.io", "leases", "create"}, {"coordination.k8s.io", "leases", "update"},
-	{"coordination.k8s.io", "leases", "list"}, {"coordination.k8s.io", "leases", "watch"},
+	{Group: "coordination.k8s.io", Resource: "leases", Verb: "get"}, {Group: "coordination.k8s.io", Resource: "leases", Verb: "create"}, {Group: "coordination.k8s.io", Resource: "leases", Verb: "update"},
+	{Group: "coordination.k8s.io", Resource: "leases", Verb: "list"}, {Group: "coordination.k8s.io", Resource: "leases", Verb: "watch"},
 }
 
 // renderManifests returns the objects `kubectl kustomize manifests/` renders.

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/rbacperm"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
 )
@@ -135,7 +136,7 @@ func TestMissingPermissionFails(t *testing.T) {
 		failed func(w *suite.World, v workload.Volume) bool
 	}{
 		{
-			missing: permission{"storage.k8s.io", "volumeattachments", "delete"},
+			missing: permission{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "delete"},
 			exercise: func(w *suite.World, v workload.Volume) {
 				w.CreatePod("app", w.Nodes[0], v.Claim)
 				waitAttachedOnlyTo(w, v, w.Nodes[0], operationTimeout)
@@ -144,25 +145,25 @@ func TestMissingPermissionFails(t *testing.T) {
 			failed: func(w *suite.World, v workload.Volume) bool { _, ok := attachments(w, v)[w.Nodes[0]]; return ok },
 		},
 		{
-			missing:  permission{"storage.k8s.io", "volumeattachments", "create"},
+			missing:  permission{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "create"},
 			exercise: func(w *suite.World, v workload.Volume) { w.CreatePod("app", w.Nodes[0], v.Claim) },
 			failed:   func(w *suite.World, v workload.Volume) bool { return len(attachments(w, v)) == 0 },
 		},
 		{
-			missing:  permission{"", "nodes/status", "patch"},
+			missing:  permission{Group: "", Resource: "nodes/status", Verb: "patch"},
 			exercise: func(w *suite.World, v workload.Volume) { w.CreatePod("app", w.Nodes[0], v.Claim) },
 			failed:   func(w *suite.World, v workload.Volume) bool { return !w.InNodeStatus(w.Nodes[0], v) },
 		},
 	}
 	for _, c := range cases {
 		t.Run("without "+c.missing.String(), func(t *testing.T) {
-			account := "without-" + c.missing.verb + "-" + strings.ReplaceAll(c.missing.resource, "/", "-")
+			account := "without-" + c.missing.Verb + "-" + strings.ReplaceAll(c.missing.Resource, "/", "-")
 			bindAllBut(t, account, rules, c.missing)
 			w := suite.NewSimWorld(t, env.Env, suite.SimOptions{Nodes: 1})
 			r := startReplica(t, account, replicaOptions{account: account})
 			v := w.CreateVolume("data", workload.VolumeOptions{})
 			c.exercise(w, v)
-			refusal := fmt.Sprintf("cannot %s resource %q", c.missing.verb, c.missing.resource)
+			refusal := fmt.Sprintf("cannot %s resource %q", c.missing.Verb, c.missing.Resource)
 			var line string
 			suite.Eventually(t, operationTimeout, "the refusal in the controller's log", func() bool {
 				lines := r.forbidden()
@@ -205,42 +206,19 @@ func bindAllBut(t *testing.T, account string, rules []rbacv1.PolicyRule, missing
 	}
 }
 
-// permission is one verb on one resource ("resource" or "resource/subresource") of
-// an API group ("" for the core group).
-type permission struct {
-	group, resource, verb string
-}
-
-func (p permission) String() string {
-	group := p.group
-	if group == "" {
-		group = "core"
-	}
-	return fmt.Sprintf("%s %s/%s", p.verb, group, p.resource)
-}
+// permission is one verb on one resource of an API group.
+type permission = rbacperm.Permission
 
 // permissions expands RBAC rules into the permissions they grant.
-func permissions(rules []rbacv1.PolicyRule) map[permission]bool {
-	granted := map[permission]bool{}
-	for _, r := range rules {
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				for _, v := range r.Verbs {
-					granted[permission{group: g, resource: res, verb: v}] = true
-				}
-			}
-		}
-	}
-	return granted
-}
+func permissions(rules []rbacv1.PolicyRule) map[permission]bool { return rbacperm.Of(rules) }
 
 // rulesOf turns permissions back into rules, one per group and resource.
 func rulesOf(granted map[permission]bool) []rbacv1.PolicyRule {
 	type target struct{ group, resource string }
 	verbs := map[target][]string{}
 	for p := range granted {
-		t := target{p.group, p.resource}
-		verbs[t] = append(verbs[t], p.verb)
+		t := target{p.Group, p.Resource}
+		verbs[t] = append(verbs[t], p.Verb)
 	}
 	var rules []rbacv1.PolicyRule
 	for t, v := range verbs {
