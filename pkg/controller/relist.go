@@ -94,7 +94,7 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 	logger := klog.FromContext(ctx)
 	existing := c.listAttachments
 	held := c.informers.attachments.Informer().GetIndexer()
-	at, pending, err := cacheAtPresentOrList(ctx, c, listVersion(c.client.StorageV1().VolumeAttachments().List), held, c.listAttachments)
+	at, pending, err := cacheAtPresentOrList(ctx, c, c.attachmentsPresent, held, c.listAttachments)
 	if at {
 		existing = c.cachedAttachments
 		pending, err = existing(ctx)

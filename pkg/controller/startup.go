@@ -57,7 +57,7 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	pending := []*informerCheck{
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", behindKey: "attachmentsBehind", behind: c.attachmentsBehind,
 			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
-			presentVersion: listVersion(c.client.StorageV1().VolumeAttachments().List),
+			presentVersion: c.attachmentsPresent,
 			lapses:         c.attachmentWatches,
 			proven:         &c.attachmentsProven},
 		{kind: "Node", listed: "nodes", behindKey: "nodesBehind", behind: c.nodesBehind,
@@ -238,6 +238,12 @@ func (c *Controller) cacheAtPresent(ctx context.Context, presentVersion func(con
 		}
 	}
 	return true, nil
+}
+
+// attachmentsPresent reads the resourceVersion of the present with a quorum read
+// of one VolumeAttachment.
+func (c *Controller) attachmentsPresent(ctx context.Context) (string, error) {
+	return listVersion(c.client.StorageV1().VolumeAttachments().List)(ctx)
 }
 
 // listVersion makes a quorum read of one object of a resource that returns the
