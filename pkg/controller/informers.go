@@ -52,6 +52,21 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 	return nil
 }
 
+// InformersSyncedLine is logged once a standby's informers have synced: from then
+// on it is ready to take over from memory.
+const InformersSyncedLine = "Informers synced: ready to take over"
+
+// WaitForInformers waits until every informer started from factory has synced,
+// and tells whether they all did before ctx ended.
+func WaitForInformers(ctx context.Context, factory informers.SharedInformerFactory) bool {
+	for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
 	// The VolumeAttachment, pod and node informers are made first, with the
 	// records of their watches.

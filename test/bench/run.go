@@ -23,6 +23,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/leasewatch"
 )
 
@@ -55,13 +56,14 @@ const (
 	progressInterval = 5 * time.Second
 )
 
-// standbyLines are what a replica logs once it stands by for the Lease: for
-// upstream, client-go's elector as it starts trying to take it; for this
-// controller, its watch of the Lease, under which the elector starts only once
-// the Lease is free.
-var standbyLines = map[controllerKind]string{
-	thisController:     leasewatch.WatchingLine,
-	upstreamController: "Attempting to acquire leader lease",
+// standbyLines are what a replica logs, in any order, once it stands by for the
+// Lease: for upstream, client-go's elector as it starts trying to take it; for
+// this controller, its watch of the Lease, under which the elector starts only
+// once the Lease is free, and its informers synced, which is when its /readyz
+// turns OK and a rolling update would stop the leader.
+var standbyLines = map[controllerKind][]string{
+	thisController:     {leasewatch.WatchingLine, controller.InformersSyncedLine},
+	upstreamController: {"Attempting to acquire leader lease"},
 }
 
 // runConfig is one controller on one workload at one rate limit.
@@ -637,7 +639,7 @@ func (w *world) startReplica() (*proc.Process, error) {
 }
 
 // startStandby starts a leader-elected replica while another leads, and waits until
-// it tries to take the Lease.
+// it stands by (standbyLines).
 func (w *world) startStandby(ctx context.Context) (*proc.Process, error) {
 	p, err := w.startReplica()
 	if err != nil {
@@ -645,8 +647,10 @@ func (w *world) startStandby(ctx context.Context) (*proc.Process, error) {
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
-	if err := p.WaitReady(readyCtx, standbyLines[w.cfg.Controller]); err != nil {
-		return nil, fmt.Errorf("replica %d: %w", w.replicas, err)
+	for _, line := range standbyLines[w.cfg.Controller] {
+		if err := p.WaitReady(readyCtx, line); err != nil {
+			return nil, fmt.Errorf("replica %d: %w", w.replicas, err)
+		}
 	}
 	return p, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/controllerproc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/proc"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 )
 
 // leaderMetric is the gauge that is 1 on the replica that leads.
@@ -154,10 +155,17 @@ func (r *replica) waitLog(pattern string) string {
 	return suite.WaitLog(r.t, r.ctrl, logTimeout, pattern)
 }
 
-// waitStandby waits until the replica has seen the Lease held by another.
+// waitStandby waits until the replica has seen the Lease held by another and is
+// ready to take over, as a rolling update waits for it: its informers synced
+// and /readyz OK.
 func (r *replica) waitStandby() {
 	r.t.Helper()
 	r.waitLog(`"Another replica leads"`)
+	r.waitLog(regexp.QuoteMeta(controller.InformersSyncedLine))
+	suite.Eventually(r.t, logTimeout, "the standby's /readyz to answer OK", func() bool {
+		code, _ := r.get("/readyz")
+		return code == http.StatusOK
+	})
 }
 
 // get requests a path of the replica's HTTPS server without a token and returns

@@ -2,6 +2,7 @@ package app
 
 import (
 	"flag"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,7 +23,7 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 		{name: "on with --enable-pprof", pprof: true, want: http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := httpEndpoints{metrics: metrics.New(), ready: func() bool { return true }, explainer: http.NotFoundHandler(), pprof: tc.pprof}
+			e := httpEndpoints{metrics: metrics.New(), ready: func() (bool, string) { return true, "" }, explainer: http.NotFoundHandler(), pprof: tc.pprof}
 			srv := httptest.NewServer(e.handler())
 			defer srv.Close()
 			for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
@@ -60,7 +61,7 @@ func TestVerbosityChangesAtRunTime(t *testing.T) {
 	if err := klogFlags.Set("v", "1"); err != nil {
 		t.Fatal(err)
 	}
-	e := httpEndpoints{metrics: metrics.New(), ready: func() bool { return true }, explainer: http.NotFoundHandler(), pprof: true}
+	e := httpEndpoints{metrics: metrics.New(), ready: func() (bool, string) { return true, "" }, explainer: http.NotFoundHandler(), pprof: true}
 	srv := httptest.NewServer(e.handler())
 	defer srv.Close()
 
@@ -100,4 +101,43 @@ func request(t *testing.T, method, url, body string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestReadyzTellsWhetherTheReplicaCanLeadFromMemory: a standby is ready once its
+// informers have synced, so that a rolling update hands the Lease to a replica
+// with full caches; a leader once it has rebuilt its state.
+func TestReadyzTellsWhetherTheReplicaCanLeadFromMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		leading, rebuilt, synced bool
+		want                     int
+		wantBody                 string
+	}{
+		{name: "standby, informers syncing", want: http.StatusServiceUnavailable, wantBody: "standing by, informers not synced yet"},
+		{name: "standby, informers synced", synced: true, want: http.StatusOK, wantBody: "ok"},
+		{name: "leader rebuilding", leading: true, synced: true, want: http.StatusServiceUnavailable, wantBody: "leading, state not rebuilt yet"},
+		{name: "leader rebuilt", leading: true, rebuilt: true, synced: true, want: http.StatusOK, wantBody: "ok"},
+		{name: "leader rebuilt before its standby informers synced", leading: true, rebuilt: true, want: http.StatusOK, wantBody: "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r readiness
+			r.leading.Store(tc.leading)
+			r.rebuilt.Store(tc.rebuilt)
+			r.synced.Store(tc.synced)
+			srv := httptest.NewServer(httpEndpoints{metrics: metrics.New(), ready: r.state, explainer: http.NotFoundHandler()}.handler())
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.want || strings.TrimSpace(string(body)) != tc.wantBody {
+				t.Errorf("GET /readyz = %d %q, want %d %q", resp.StatusCode, body, tc.want, tc.wantBody)
+			}
+		})
+	}
 }

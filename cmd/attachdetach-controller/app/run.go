@@ -78,7 +78,8 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	var leading, ready atomic.Bool
+	var ready readiness
+	ready.synced.Store(!o.LeaderElect)
 	// running is the controller once its state is rebuilt, for explanations.
 	var running atomic.Pointer[controller.Controller]
 	var electionCheck *leaderelection.HealthzAdaptor
@@ -89,7 +90,7 @@ func Run(ctx context.Context, o *Options) error {
 		endpoints := httpEndpoints{
 			metrics:   m,
 			election:  electionCheck,
-			ready:     func() bool { return !leading.Load() || ready.Load() },
+			ready:     ready.state,
 			explainer: explainHandler(running.Load),
 			pprof:     o.EnablePprof,
 		}
@@ -114,10 +115,16 @@ func Run(ctx context.Context, o *Options) error {
 		if err := controller.StartInformers(informersCtx, factory); err != nil {
 			return err
 		}
+		go func() {
+			if controller.WaitForInformers(informersCtx, factory) {
+				ready.synced.Store(true)
+				logger.Info(controller.InformersSyncedLine)
+			}
+		}()
 	}
 
 	runController := func(ctx context.Context) error {
-		leading.Store(true)
+		ready.leading.Store(true)
 		m.IsLeader.Set(1)
 		defer m.IsLeader.Set(0)
 		var recorder record.EventRecorder = discardEvents{}
@@ -142,7 +149,7 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		defer running.Store(nil)
 		return c.Run(ctx, func() {
-			ready.Store(true)
+			ready.rebuilt.Store(true)
 			running.Store(c)
 		})
 	}
@@ -345,13 +352,34 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// readiness is what /readyz answers. A leader is ready once it has rebuilt its
+// state. A standby is ready once its informers have synced: a rolling update,
+// which stops an old replica only when the new one is ready, then hands the Lease
+// to a replica whose caches are full, which takes over from memory instead of
+// listing every object first.
+type readiness struct {
+	leading, rebuilt, synced atomic.Bool
+}
+
+// state tells whether the replica is ready and, if not, why.
+func (r *readiness) state() (bool, string) {
+	switch {
+	case r.leading.Load() && !r.rebuilt.Load():
+		return false, "leading, state not rebuilt yet"
+	case !r.leading.Load() && !r.synced.Load():
+		return false, "standing by, informers not synced yet"
+	}
+	return true, ""
+}
+
 // httpEndpoints are what --http-endpoint serves.
 type httpEndpoints struct {
 	metrics *metrics.Metrics
 	// election, with leader election, fails /healthz when the lease renewal is
 	// stuck.
 	election *leaderelection.HealthzAdaptor
-	ready    func() bool
+	// ready tells whether /readyz answers OK and, if not, why (readiness).
+	ready func() (bool, string)
 	// explainer answers explanations from the leader's live state.
 	explainer http.Handler
 	// pprof adds Go's profiles (--enable-pprof).
@@ -370,8 +398,8 @@ func (e httpEndpoints) handler() http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !e.ready() {
-			http.Error(w, "leading, state not rebuilt yet", http.StatusServiceUnavailable)
+		if ok, why := e.ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
