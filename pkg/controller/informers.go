@@ -174,7 +174,9 @@ func CheckCanList(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // registerHandlers connects informer events to the state and the queues.
-func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.InformerSynced, error) {
+// It returns, per handler, what tells once the handler has been given every
+// object the informer held when it was registered.
+func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChecker, error) {
 	type handler struct {
 		informer toolscache.SharedIndexInformer
 		funcs    toolscache.ResourceEventHandlerFuncs
@@ -221,13 +223,13 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.Informe
 			DeleteFunc: c.onVolumeAttachmentDelete,
 		}},
 	}
-	synced := make([]toolscache.InformerSynced, 0, len(handlers))
+	synced := make([]toolscache.DoneChecker, 0, len(handlers))
 	for _, h := range handlers {
 		reg, err := h.informer.AddEventHandler(interleave.Handler(ctx, h.funcs))
 		if err != nil {
 			return nil, fmt.Errorf("registering an event handler: %w", err)
 		}
-		synced = append(synced, reg.HasSynced)
+		synced = append(synced, reg.HasSyncedChecker())
 	}
 	return synced, nil
 }

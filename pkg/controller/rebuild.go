@@ -23,7 +23,7 @@ func (c *Controller) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), regs...) {
+	if !toolscache.WaitFor(ctx, "", regs...) {
 		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
 	}
 	c.populator.Drain(ctx)

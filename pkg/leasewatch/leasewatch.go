@@ -245,7 +245,7 @@ func (t *Tracker) Watch(ctx context.Context, client kubernetes.Interface, namesp
 	factory.Start(ctx.Done())
 	context.AfterFunc(ctx, factory.Shutdown)
 	go func() {
-		if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		if !toolscache.WaitFor(ctx, "", informer.HasSyncedChecker()) {
 			return
 		}
 		if len(informer.GetStore().List()) == 0 {
