@@ -206,7 +206,7 @@ func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
 	pv := csiPV("pv-1", "h-1", "ns", "data")
 	addToInformers(t, c, pv)
 	c.onPV(ctx, pv)
-	c.populator.Drain(ctx)
+	c.populator.Drain(ctx, c.opts.Workers)
 	if !c.desired.IsDesired(vol, "node-a") {
 		t.Error("volume not desired at once when its PV appears")
 	}

@@ -26,7 +26,7 @@ func (c *Controller) rebuild(ctx context.Context) error {
 	if !toolscache.WaitFor(ctx, "", regs...) {
 		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
 	}
-	c.populator.Drain(ctx)
+	c.populator.Drain(ctx, c.opts.Workers)
 	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("listing nodes from the informer: %w", err)

@@ -121,17 +121,29 @@ func (p *Populator) Run(ctx context.Context, workers int) {
 	})
 }
 
-// Drain re-evaluates, now, every pod queued so far: at start-up, before the first
-// decision, and before the workers run.
-func (p *Populator) Drain(ctx context.Context) {
+// Drain re-evaluates, now, every pod queued so far, on the given number of
+// workers: at start-up, before the first decision, and before Run. As in Run, the
+// queue keeps evaluations of one pod apart.
+func (p *Populator) Drain(ctx context.Context, workers int) {
+	keys := make(chan string)
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for key := range keys {
+				if err := p.SyncPod(ctx, key); err != nil {
+					klog.FromContext(ctx).Error(err, "Evaluating a pod at start-up failed, will retry", "pod", key)
+					p.queue.AddRateLimited(key)
+				}
+				p.queue.Done(key)
+			}
+		})
+	}
 	for p.queue.Len() > 0 {
 		key, _ := p.queue.Get()
-		if err := p.SyncPod(ctx, key); err != nil {
-			klog.FromContext(ctx).Error(err, "Evaluating a pod at start-up failed, will retry", "pod", key)
-			p.queue.AddRateLimited(key)
-		}
-		p.queue.Done(key)
+		keys <- key
 	}
+	close(keys)
+	wg.Wait()
 }
 
 // SyncPod re-evaluates the pod with the given namespace/name key now. Outside of

@@ -2,7 +2,9 @@ package populator_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,6 +30,7 @@ const (
 type world struct {
 	pods, claims, pvs, drivers toolscache.Indexer
 	desired                    *cache.DesiredState
+	changedMu                  sync.Mutex
 	changed                    []volumename.UniqueName
 	pop                        *populator.Populator
 }
@@ -58,7 +61,11 @@ func newWorld(t *testing.T, objs ...any) *world {
 }
 
 // Enqueue records a volume whose desired state changed.
-func (w *world) Enqueue(name volumename.UniqueName) { w.changed = append(w.changed, name) }
+func (w *world) Enqueue(name volumename.UniqueName) {
+	w.changedMu.Lock()
+	defer w.changedMu.Unlock()
+	w.changed = append(w.changed, name)
+}
 
 func (w *world) indexer(t *testing.T, obj any) toolscache.Indexer {
 	t.Helper()
@@ -610,7 +617,7 @@ func TestFullPassForgetsVanishedPods(t *testing.T) {
 		for _, key := range keys {
 			w.pop.Enqueue(key)
 		}
-		w.pop.Drain(ctx)
+		w.pop.Drain(ctx, 1)
 	}
 	fullPass()
 	if len(w.desired.PodKeys()) != 1 {
@@ -632,7 +639,7 @@ func TestQueuedPodIsEvaluatedOnce(t *testing.T) {
 	for range 3 {
 		w.pop.Enqueue("app/web")
 	}
-	w.pop.Drain(context.Background())
+	w.pop.Drain(context.Background(), 1)
 	if len(w.changed) != 1 {
 		t.Errorf("changed %q, want one report from one evaluation", w.changed)
 	}
@@ -906,5 +913,28 @@ func TestSyncPodISCSIAndFibreChannel(t *testing.T) {
 				t.Errorf("desired volumes = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDrainEvaluatesEveryQueuedPodOnItsWorkers: at start-up the pods are
+// evaluated on several workers, and Drain returns once every one queued is in
+// the desired state.
+func TestDrainEvaluatesEveryQueuedPodOnItsWorkers(t *testing.T) {
+	var objs []any
+	for i := range 200 {
+		claim := boundClaim(fmt.Sprintf("data-%d", i), fmt.Sprintf("pv-%d", i))
+		objs = append(objs, claim, csiPV(fmt.Sprintf("pv-%d", i), fmt.Sprintf("h-%d", i), claim, v1.ReadWriteOnce),
+			runningPod(fmt.Sprintf("web-%d", i), claimVolume("data", claim.Name)))
+	}
+	w := newWorld(t, objs...)
+	for i := range 200 {
+		w.pop.Enqueue(fmt.Sprintf("%s/web-%d", ns, i))
+	}
+	w.pop.Drain(context.Background(), 8)
+	if got := len(w.desired.PodKeys()); got != 200 {
+		t.Errorf("%d pods in the desired state after Drain, want 200", got)
+	}
+	if got := len(w.changed); got != 200 {
+		t.Errorf("%d volumes reported changed, want 200", got)
 	}
 }
