@@ -347,6 +347,9 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		return err
 	}
 	started := time.Now()
+	// Everything is queued for a first look; the volumes that may need an
+	// attach or a detach go first (Release).
+	c.reconciler.Hold()
 	if err := c.rebuild(ctx); err != nil {
 		return err
 	}
@@ -360,6 +363,8 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		logger.V(2).Info("The start-up check proved every VolumeAttachment known", "lapses", proven)
 	}
 	onReady()
+	c.enqueueEverything()
+	c.reconciler.Release()
 	go c.proveAttachments(ctx, proven)
 	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
@@ -376,7 +381,6 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		go c.status.Run(ctx, c.opts.StatusWorkers)
 		go c.reconciler.Run(ctx, c.opts.Workers)
 	}
-	c.enqueueEverything()
 	if !c.opts.DisableSync {
 		go wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod)
 	}

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,6 +73,9 @@ type PodView interface {
 type Reconciler struct {
 	cfg   Config
 	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
+	// held collects what is enqueued between Hold and Release; nil otherwise.
+	heldMu sync.Mutex
+	held   map[volumename.UniqueName]struct{}
 }
 
 // New returns a Reconciler.
@@ -93,7 +97,71 @@ func (r *Reconciler) DetachPolicy() (UnmountPolicy, bool) {
 }
 
 // Enqueue asks for the volume to be reconciled.
-func (r *Reconciler) Enqueue(name volumename.UniqueName) { r.queue.Add(name) }
+func (r *Reconciler) Enqueue(name volumename.UniqueName) {
+	r.heldMu.Lock()
+	if r.held != nil {
+		r.held[name] = struct{}{}
+		r.heldMu.Unlock()
+		return
+	}
+	r.heldMu.Unlock()
+	r.queue.Add(name)
+}
+
+// Hold collects the volumes enqueued from now on until Release. At start-up every
+// volume is enqueued, and most need nothing; Release puts the few that need an
+// attach or a detach first, so that a pod waiting for its volume does not wait
+// for a look at every other volume.
+func (r *Reconciler) Hold() {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if r.held == nil {
+		r.held = make(map[volumename.UniqueName]struct{})
+	}
+}
+
+// Release queues the volumes collected since Hold: first those that may need an
+// attach or a detach, then the others; later ones are queued at once again.
+func (r *Reconciler) Release() {
+	r.heldMu.Lock()
+	held := r.held
+	r.held = nil
+	r.heldMu.Unlock()
+	var later []volumename.UniqueName
+	for name := range held {
+		if r.mayAct(name) {
+			r.queue.Add(name)
+		} else {
+			later = append(later, name)
+		}
+	}
+	for _, name := range later {
+		r.queue.Add(name)
+	}
+}
+
+// mayAct tells whether the volume may need an attach or a detach: a node needs it
+// and has no VolumeAttachment for it, or a node has one and does not need it.
+// Only the order of the first reconciles rests on it.
+func (r *Reconciler) mayAct(name volumename.UniqueName) bool {
+	desired, _ := r.cfg.Desired.Volume(name)
+	recorded := make(map[string]bool)
+	for _, on := range r.cfg.Actual.Volume(name) {
+		if len(on.Objects) == 0 {
+			continue
+		}
+		if _, needed := desired.Nodes[on.Node]; !needed {
+			return true
+		}
+		recorded[on.Node] = true
+	}
+	for node := range desired.Nodes {
+		if !recorded[node] {
+			return true
+		}
+	}
+	return false
+}
 
 // QueueLength returns how many volumes wait to be reconciled.
 func (r *Reconciler) QueueLength() int { return r.queue.Len() }

@@ -1018,3 +1018,56 @@ func TestDesiredAgainEndsTheWait(t *testing.T) {
 		t.Errorf("operations started = %v, want none", got)
 	}
 }
+
+// TestReleaseQueuesTheVolumesThatMayNeedAnOperationFirst: at start-up every
+// volume is enqueued while held; on release the volumes that a node needs
+// without a VolumeAttachment, or that a node has one for without needing them,
+// come before the many that only need a look.
+func TestReleaseQueuesTheVolumesThatMayNeedAnOperationFirst(t *testing.T) {
+	h := newHarness(t, false)
+	h.node("node-a")
+	h.node("node-b")
+	vol := func(name string) cache.Volume {
+		return cache.Volume{Name: volumename.CSI("d", name), Driver: "d", Handle: name, PVName: "pv-" + name, DisplayName: "pv-" + name}
+	}
+	var settled []cache.Volume
+	for i := range 50 {
+		v := vol(fmt.Sprintf("settled-%d", i))
+		h.pod("default", v.Handle, "node-a", v)
+		h.attachment(v, "node-a", true)
+		settled = append(settled, v)
+	}
+	toAttach, toDetach, moved := vol("to-attach"), vol("to-detach"), vol("moved")
+	h.pod("default", "to-attach", "node-a", toAttach)
+	h.attachment(toDetach, "node-b", true)
+	h.pod("default", "moved", "node-b", moved)
+	h.attachment(moved, "node-a", true)
+
+	h.r.Hold()
+	for _, v := range settled {
+		h.r.Enqueue(v.Name)
+	}
+	for _, v := range []cache.Volume{toAttach, toDetach, moved} {
+		h.r.Enqueue(v.Name)
+	}
+	if n := h.r.QueueLength(); n != 0 {
+		t.Fatalf("%d volumes queued while held, want none", n)
+	}
+	h.r.Release()
+	queued := h.r.Queued()
+	if len(queued) != len(settled)+3 {
+		t.Fatalf("%d volumes queued on release, want %d", len(queued), len(settled)+3)
+	}
+	want := []volumename.UniqueName{toAttach.Name, toDetach.Name, moved.Name}
+	if first := queued[:3]; !sameSet(first, want) {
+		t.Errorf("first volumes queued %q, want %q", first, want)
+	}
+	h.r.Enqueue(settled[0].Name)
+	if n := h.r.QueueLength(); n != 1 {
+		t.Errorf("%d volumes queued after release, want the one enqueued", n)
+	}
+}
+
+func sameSet(a, b []volumename.UniqueName) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(v volumename.UniqueName) bool { return !slices.Contains(b, v) })
+}
