@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -74,8 +75,10 @@ type Reconciler struct {
 	cfg   Config
 	queue workqueue.TypedDelayingInterface[volumename.UniqueName]
 	// held collects what is enqueued between Hold and Release; nil otherwise.
-	heldMu sync.Mutex
-	held   map[volumename.UniqueName]struct{}
+	// holding is set while it does, so that Enqueue takes no lock otherwise.
+	holding atomic.Bool
+	heldMu  sync.Mutex
+	held    map[volumename.UniqueName]struct{}
 }
 
 // New returns a Reconciler.
@@ -98,6 +101,10 @@ func (r *Reconciler) DetachPolicy() (UnmountPolicy, bool) {
 
 // Enqueue asks for the volume to be reconciled.
 func (r *Reconciler) Enqueue(name volumename.UniqueName) {
+	if !r.holding.Load() {
+		r.queue.Add(name)
+		return
+	}
 	r.heldMu.Lock()
 	if r.held != nil {
 		r.held[name] = struct{}{}
@@ -118,6 +125,7 @@ func (r *Reconciler) Hold() {
 	if r.held == nil {
 		r.held = make(map[volumename.UniqueName]struct{})
 	}
+	r.holding.Store(true)
 }
 
 // Release queues the volumes collected since Hold: first those that may need an
@@ -126,6 +134,7 @@ func (r *Reconciler) Release() {
 	r.heldMu.Lock()
 	held := r.held
 	r.held = nil
+	r.holding.Store(false)
 	r.heldMu.Unlock()
 	var later []volumename.UniqueName
 	for name := range held {

@@ -32,17 +32,8 @@ const (
 	explainAccount     = "explain-reader"
 )
 
-// explainPermissions is what explain's snapshot reads: the controller's informers,
-// which list and watch (or, with client-go's watch-list, only watch).
-var explainPermissions = []permission{
-	{Group: "", Resource: "pods", Verb: "list"}, {Group: "", Resource: "pods", Verb: "watch"},
-	{Group: "", Resource: "nodes", Verb: "list"}, {Group: "", Resource: "nodes", Verb: "watch"},
-	{Group: "", Resource: "persistentvolumeclaims", Verb: "list"}, {Group: "", Resource: "persistentvolumeclaims", Verb: "watch"},
-	{Group: "", Resource: "persistentvolumes", Verb: "list"}, {Group: "", Resource: "persistentvolumes", Verb: "watch"},
-	{Group: "storage.k8s.io", Resource: "csidrivers", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csidrivers", Verb: "watch"},
-	{Group: "storage.k8s.io", Resource: "csinodes", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csinodes", Verb: "watch"},
-	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "list"}, {Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "watch"},
-}
+// explainPermissions is what explain's snapshot reads: the controller's informers.
+var explainPermissions = informerPermissions
 
 // explainLeaderPermissions is what explain --from-leader does in the leader's
 // namespace: read the Lease, then forward a port to the pod it names through the

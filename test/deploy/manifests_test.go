@@ -24,32 +24,38 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/manifest"
 )
 
-// controllerPermissions is everything the controller does with the API outside its
-// leader Lease, and so exactly what the ClusterRole must grant.
-var controllerPermissions = []permission{
-	// Informers.
+// informerPermissions is what the controller's informers do, and explain's
+// snapshot with them: list and watch (or, with client-go's watch-list, only
+// watch) each resource the controller reads.
+var informerPermissions = []permission{
 	{Group: "", Resource: "pods", Verb: "list"}, {Group: "", Resource: "pods", Verb: "watch"},
 	{Group: "", Resource: "nodes", Verb: "list"}, {Group: "", Resource: "nodes", Verb: "watch"},
-	// A node's status read from the API server before a detach.
-	{Group: "", Resource: "nodes", Verb: "get"},
 	{Group: "", Resource: "persistentvolumeclaims", Verb: "list"}, {Group: "", Resource: "persistentvolumeclaims", Verb: "watch"},
 	{Group: "", Resource: "persistentvolumes", Verb: "list"}, {Group: "", Resource: "persistentvolumes", Verb: "watch"},
 	{Group: "storage.k8s.io", Resource: "csidrivers", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csidrivers", Verb: "watch"},
 	{Group: "storage.k8s.io", Resource: "csinodes", Verb: "list"}, {Group: "storage.k8s.io", Resource: "csinodes", Verb: "watch"},
-	// The VolumeAttachment informer, the quorum list after taking the lease, attach
-	// and detach.
 	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "list"}, {Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "watch"},
-	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "create"}, {Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "delete"},
+}
+
+// controllerPermissions is everything the controller does with the API outside its
+// leader Lease, and so exactly what the ClusterRole must grant: its informers'
+// (the VolumeAttachments' list is also the quorum list after taking the lease)
+// and these.
+var controllerPermissions = append(slices.Clone(informerPermissions),
+	// A node's status read from the API server before a detach.
+	permission{Group: "", Resource: "nodes", Verb: "get"},
+	// Attach and detach.
+	permission{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "create"}, permission{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "delete"},
 	// An object read back after a write of unknown outcome.
-	{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "get"},
+	permission{Group: "storage.k8s.io", Resource: "volumeattachments", Verb: "get"},
 	// node.status.volumesAttached.
-	{Group: "", Resource: "nodes/status", Verb: "patch"},
+	permission{Group: "", Resource: "nodes/status", Verb: "patch"},
 	// Pod events through client-go's core/v1 event recorder, which creates an event
 	// and patches it when it repeats.
-	{Group: "", Resource: "events", Verb: "create"}, {Group: "", Resource: "events", Verb: "patch"},
+	permission{Group: "", Resource: "events", Verb: "create"}, permission{Group: "", Resource: "events", Verb: "patch"},
 	// The HTTPS endpoint's reviews of a scraper's token and of its permission.
-	{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"}, {Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"},
-}
+	permission{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"}, permission{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"},
+)
 
 // leaderElectionPermissions is what client-go's Lease lock does with its Lease,
 // and a standby's watch of it (package leasewatch), and so exactly what the
