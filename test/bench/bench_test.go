@@ -63,6 +63,11 @@ func TestSmallRun(t *testing.T) {
 		if r.peakRSS == 0 {
 			t.Errorf("%s controller: no peak RSS measured", r.cfg.Controller)
 		}
+		// Attaching and detaching 50 volumes takes a controller more than the
+		// clock tick of /proc's CPU times.
+		if r.attachCPU <= 0 || r.churnCPU <= 0 {
+			t.Errorf("%s controller: CPU time measured %s while attaching and %s during churn, want some", r.cfg.Controller, r.attachCPU, r.churnCPU)
+		}
 		checkTakeovers(t, r, killLeader, r.failovers)
 		checkTakeovers(t, r, terminateLeader, r.handovers)
 		for _, h := range r.handovers {

@@ -61,6 +61,11 @@ func (r *result) attachEventShare() float64 {
 	return float64(r.podsWithEvent) / float64(r.cfg.Volumes)
 }
 
+// perThousand is CPU time spent on every volume, in seconds per 1,000 volumes.
+func (r *result) perThousand(cpu time.Duration) float64 {
+	return cpu.Seconds() * 1000 / float64(r.cfg.Volumes)
+}
+
 func (r *result) requestsPerVolume(phases ...phase) float64 {
 	n := 0
 	for _, p := range phases {
@@ -103,6 +108,7 @@ var figuresBefore = []figure{
 	{"attach: status.attached → node status p50 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .5)) }},
 	{"attach: status.attached → node status p90 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .9)) }},
 	{"attach: status.attached → node status p99 (ms)", "%.0f", func(r *result) float64 { return ms(percentile(r.attachedToStatus, .99)) }},
+	{"attach: controller CPU per 1,000 attaches (s)", "%.2f", func(r *result) float64 { return r.perThousand(r.attachCPU) }},
 	{"attach: pods with a SuccessfulAttachVolume event (%)", "%.0f", func(r *result) float64 { return r.attachEventShare() * 100 }},
 	{"steady: CPU while idle (s)", "%.2f", func(r *result) float64 { return r.idleCPU.Seconds() }},
 	{"steady: peak RSS (MiB)", "%.0f", func(r *result) float64 { return float64(r.peakRSS) / (1 << 20) }},
@@ -119,6 +125,7 @@ var figuresAfter = []figure{
 	{"start-up: API requests", "%.0f", func(r *result) float64 { return float64(r.requests[startupPhase].Total()) }},
 	{"churn: all VolumeAttachments gone (s)", "%.2f", func(r *result) float64 { return r.allVAsGone.Seconds() }},
 	{"churn: all node statuses empty (s)", "%.2f", func(r *result) float64 { return r.allNodesEmpty.Seconds() }},
+	{"churn: controller CPU per 1,000 detaches (s)", "%.2f", func(r *result) float64 { return r.perThousand(r.churnCPU) }},
 	{"API requests per volume: attach", "%.2f", func(r *result) float64 { return r.requestsPerVolume(attachPhase) }},
 	{"API requests per volume: idle", "%.2f", func(r *result) float64 { return r.requestsPerVolume(idlePhase) }},
 	{"API requests per volume: churn", "%.2f", func(r *result) float64 { return r.requestsPerVolume(churnPhase) }},

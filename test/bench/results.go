@@ -90,6 +90,9 @@ type AttachResults struct {
 	NodeStatusWrites        int       `json:"nodeStatusWrites"`
 	PodsWithAttachEvent     int       `json:"podsWithAttachEvent"`
 	AttachEventShare        float64   `json:"attachEventShare"`
+	// CPUSeconds is the controller's user+system CPU time over the phase, its
+	// event drain included.
+	CPUSeconds float64 `json:"cpuSeconds"`
 }
 
 // SteadyResults is the idle period with every volume attached.
@@ -169,6 +172,8 @@ type StartupResults struct {
 type ChurnResults struct {
 	AllVolumeAttachmentsGoneSeconds float64 `json:"allVolumeAttachmentsGoneSeconds"`
 	AllNodeStatusesEmptySeconds     float64 `json:"allNodeStatusesEmptySeconds"`
+	// CPUSeconds is the controller's user+system CPU time over the phase.
+	CPUSeconds float64 `json:"cpuSeconds"`
 }
 
 // readResults reads a results.json.
@@ -228,6 +233,7 @@ func newRunResults(r *result) RunResults {
 			NodeStatusWrites:            r.attachWrites() - vaCreates,
 			PodsWithAttachEvent:         r.podsWithEvent,
 			AttachEventShare:            r.attachEventShare(),
+			CPUSeconds:                  r.attachCPU.Seconds(),
 		},
 		Steady: SteadyResults{
 			IdleSeconds:  r.cfg.Idle.Seconds(),
@@ -246,6 +252,7 @@ func newRunResults(r *result) RunResults {
 		Churn: ChurnResults{
 			AllVolumeAttachmentsGoneSeconds: r.allVAsGone.Seconds(),
 			AllNodeStatusesEmptySeconds:     r.allNodesEmpty.Seconds(),
+			CPUSeconds:                      r.churnCPU.Seconds(),
 		},
 		Requests:          requests,
 		RequestsPerVolume: perVolume,

@@ -137,6 +137,9 @@ type result struct {
 	allVAs, allInStatus                    time.Duration
 	podToVA, attachedToStatus, podToStatus []time.Duration
 	podsWithEvent                          int
+	// attachCPU and churnCPU are the controller's CPU time over the attach and
+	// churn phases: per operation, a figure that holds across machines.
+	attachCPU, churnCPU time.Duration
 	// Steady: CPU used during the idle period and peak RSS at its end.
 	idleCPU time.Duration
 	peakRSS int64
@@ -449,6 +452,10 @@ func (w *world) warmUp(ctx context.Context) error {
 // measureAttach creates every pod at once and waits for every volume in node status
 // and for the SuccessfulAttachVolume events.
 func (w *world) measureAttach(ctx context.Context, res *result, windows *[numPhases]window) error {
+	cpu, err := w.startCPU()
+	if err != nil {
+		return err
+	}
 	windows[attachPhase].from = time.Now()
 	waitProfile := func() error { return nil }
 	if w.profiler != nil {
@@ -474,32 +481,29 @@ func (w *world) measureAttach(ctx context.Context, res *result, windows *[numPha
 	}
 	res.podsWithEvent = w.observer.withAttachEvent(w.volumes)
 	windows[attachPhase].to = time.Now()
+	if res.attachCPU, err = cpu(); err != nil {
+		return err
+	}
 	return waitProfile()
 }
 
 // measureSteady idles with every volume attached, measuring the controller's CPU
 // time and peak RSS.
 func (w *world) measureSteady(ctx context.Context, res *result, windows *[numPhases]window) error {
-	pid := w.ctrl.Pid()
-	windows[idlePhase].from = time.Now()
-	cpuBefore, err := cpuTime(pid)
+	cpu, err := w.startCPU()
 	if err != nil {
 		return err
 	}
+	windows[idlePhase].from = time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(w.cfg.Idle):
 	}
-	if err := w.exited(); err != nil {
+	if res.idleCPU, err = cpu(); err != nil {
 		return err
 	}
-	cpuAfter, err := cpuTime(pid)
-	if err != nil {
-		return err
-	}
-	res.idleCPU = cpuAfter - cpuBefore
-	if res.peakRSS, err = peakRSS(pid); err != nil {
+	if res.peakRSS, err = peakRSS(w.ctrl.Pid()); err != nil {
 		return err
 	}
 	windows[idlePhase].to = time.Now()
@@ -793,6 +797,10 @@ func (w *world) measureStartup(ctx context.Context, res *result, windows *[numPh
 // gone and every node status empty.
 func (w *world) measureChurn(ctx context.Context, res *result, windows *[numPhases]window) error {
 	volumes := slices.Collect(maps.Keys(w.pods))
+	cpu, err := w.startCPU()
+	if err != nil {
+		return err
+	}
 	windows[churnPhase].from = time.Now()
 	if err := w.bulk(ctx, "churn: pods deleted", len(volumes), func(i int) error {
 		return w.deletePod(ctx, volumes[i])
@@ -806,7 +814,25 @@ func (w *world) measureChurn(ctx context.Context, res *result, windows *[numPhas
 	vasGone, nodesEmpty := w.observer.goneTimes()
 	res.allVAsGone = vasGone.Sub(windows[churnPhase].from)
 	res.allNodesEmpty = nodesEmpty.Sub(windows[churnPhase].from)
-	return nil
+	res.churnCPU, err = cpu()
+	return err
+}
+
+// startCPU reads the controller's CPU time and returns a function that tells how
+// much it has used since.
+func (w *world) startCPU() (since func() (time.Duration, error), err error) {
+	pid := w.ctrl.Pid()
+	before, err := cpuTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	return func() (time.Duration, error) {
+		if err := w.exited(); err != nil {
+			return 0, err
+		}
+		after, err := cpuTime(pid)
+		return after - before, err
+	}, nil
 }
 
 // attachFigures computes the attach phase's figures from the observer's times.
