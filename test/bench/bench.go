@@ -49,6 +49,9 @@ func (s suite) run(ctx context.Context) ([]*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bins, err = bins.copyTo(filepath.Join(s.Dir, "bin")); err != nil {
+		return nil, err
+	}
 	total := len(s.Volumes) * len(s.Rates) * len(s.Controllers)
 	var results []*result
 	for _, volumes := range s.Volumes {
@@ -119,4 +122,47 @@ func findExecutables(ctx context.Context, this string) (executables, error) {
 	}
 	bins.upstream, err = binaries.Tool(ctx, binaries.KubeControllerManager)
 	return bins, err
+}
+
+// copyTo writes copies of both executables into dir and returns them. The runs
+// start the copies, so that both controllers' executables are files written as a
+// container runtime writes an image's: an executable fresh from the Go linker,
+// which writes it through a memory map, has about 30 MiB more of its pages
+// resident once started (this controller against an API server that does not
+// answer: 88 MiB against 57 MiB for a copy of the same file), which peak RSS
+// would count.
+func (e executables) copyTo(dir string) (executables, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return e, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	var err error
+	out := executables{}
+	if out.this, err = copyExecutable(e.this, filepath.Join(dir, "this-controller")); err != nil {
+		return e, err
+	}
+	if out.upstream, err = copyExecutable(e.upstream, filepath.Join(dir, "upstream-controller")); err != nil {
+		return e, err
+	}
+	return out, nil
+}
+
+// copyExecutable copies the executable from to the path to and returns to.
+func copyExecutable(from, to string) (string, error) {
+	in, err := os.Open(from)
+	if err != nil {
+		return "", fmt.Errorf("copying an executable: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("copying an executable: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return "", fmt.Errorf("copying %s to %s: %w", from, to, err)
+	}
+	if err := out.Close(); err != nil {
+		return "", fmt.Errorf("copying %s to %s: %w", from, to, err)
+	}
+	return to, nil
 }

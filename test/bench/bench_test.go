@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -285,5 +287,29 @@ func TestTakeoverFigures(t *testing.T) {
 	r.failovers = ts[:1]
 	if len(one) != 1 || one[0].name != "fail-over: leader killed → other replica holds the Lease (s)" || cell(one[0], r) != "15.00" {
 		t.Errorf("one run: %d rows, first %q = %s", len(one), one[0].name, cell(one[0], r))
+	}
+}
+
+func TestCopyToWritesExecutableCopies(t *testing.T) {
+	src := t.TempDir()
+	bins := executables{this: filepath.Join(src, "a"), upstream: filepath.Join(src, "b")}
+	for path, content := range map[string]string{bins.this: "#!/bin/sh\necho this\n", bins.upstream: "#!/bin/sh\necho upstream\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copies, err := bins.copyTo(filepath.Join(t.TempDir(), "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pair := range [][2]string{{bins.this, copies.this}, {bins.upstream, copies.upstream}} {
+		want, _ := os.ReadFile(pair[0])
+		got, err := os.ReadFile(pair[1])
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("copy %s of %s holds %q (%v), want %q", pair[1], pair[0], got, err, want)
+		}
+		if info, err := os.Stat(pair[1]); err != nil || info.Mode().Perm()&0o100 == 0 {
+			t.Errorf("copy %s is not executable: %v", pair[1], err)
+		}
 	}
 }
