@@ -89,6 +89,10 @@ func TestSmallRun(t *testing.T) {
 				t.Errorf("%s controller: no VolumeAttachment or node status write by the new leader after the hand-over", r.cfg.Controller)
 			}
 		}
+		if r.startupSynced <= 0 || r.startupSynced > r.startupToVA {
+			t.Errorf("%s controller: start-up measured the informers synced after %s, the probe's VolumeAttachment after %s",
+				r.cfg.Controller, r.startupSynced, r.startupToVA)
+		}
 		if r.startupToVA <= 0 || r.startupToStatus < r.startupToVA {
 			t.Errorf("%s controller: start-up measured the probe's VolumeAttachment after %s and node status after %s",
 				r.cfg.Controller, r.startupToVA, r.startupToStatus)

@@ -119,6 +119,7 @@ var figuresBefore = []figure{
 // figuresAfter are the rows after the take-overs'.
 var figuresAfter = []figure{
 	{"start-up: process start → probe's VolumeAttachment (s)", "%.2f", func(r *result) float64 { return r.startupToVA.Seconds() }},
+	{"start-up: process start → informers synced, as its log says (s)", "%.2f", func(r *result) float64 { return r.startupSynced.Seconds() }},
 	{"start-up: process start → probe in node status (s)", "%.2f", func(r *result) float64 { return r.startupToStatus.Seconds() }},
 	{"start-up: VolumeAttachments deleted", "%.0f", func(r *result) float64 { return float64(r.startupVADeletes) }},
 	{"start-up: status writes to nodes other than the probe's", "%.0f", func(r *result) float64 { return float64(r.startupOtherWrites) }},

@@ -158,6 +158,10 @@ type StartupResults struct {
 	// ToNodeStatusSeconds is the new process's start → the probe volume first seen
 	// in node status.
 	ToNodeStatusSeconds float64 `json:"toNodeStatusSeconds"`
+	// InformersSyncedSeconds is the new process's start → its informers synced, as
+	// its log says: upstream's "Caches are synced", this controller's start of the
+	// rebuild, after its start-up check.
+	InformersSyncedSeconds float64 `json:"informersSyncedSeconds"`
 	// VolumeAttachmentDeletes and OtherNodeStatusWrites count, from the new
 	// process's start (the old one has exited) to a settling period after the
 	// probe reached node status, the VolumeAttachments deleted and the status
@@ -246,6 +250,7 @@ func newRunResults(r *result) RunResults {
 		Startup: StartupResults{
 			ToVolumeAttachmentSeconds: r.startupToVA.Seconds(),
 			ToNodeStatusSeconds:       r.startupToStatus.Seconds(),
+			InformersSyncedSeconds:    r.startupSynced.Seconds(),
 			VolumeAttachmentDeletes:   r.startupVADeletes,
 			OtherNodeStatusWrites:     r.startupOtherWrites,
 		},

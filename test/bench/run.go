@@ -41,6 +41,8 @@ const (
 	movedSuffix = "-moved"
 	// startupTimeout bounds the controller's start, up to the probe being detached.
 	startupTimeout = 5 * time.Minute
+	// logTimeout is how long a line may take to reach a controller's log.
+	logTimeout = 10 * time.Second
 	// stopGracePeriod is how long a controller gets to stop after SIGTERM.
 	stopGracePeriod = 10 * time.Second
 	pollInterval    = 10 * time.Millisecond
@@ -150,7 +152,10 @@ type result struct {
 	// Start-up: from the new process's start to the probe's VolumeAttachment and to
 	// its volume in node status; VolumeAttachments deleted and other nodes' status
 	// writes from SIGTERM to the end of the phase.
-	startupToVA, startupToStatus         time.Duration
+	startupToVA, startupToStatus time.Duration
+	// startupSynced is from the new process's start to its informers synced, as
+	// its log tells (informersSynced).
+	startupSynced                        time.Duration
 	startupVADeletes, startupOtherWrites int
 	// Churn: from the first pod deletion to the last VolumeAttachment gone and to
 	// the last node status emptied.
@@ -789,7 +794,20 @@ func (w *world) measureStartup(ctx context.Context, res *result, windows *[numPh
 	case <-time.After(startupSettle):
 	}
 	windows[startupPhase].to = time.Now()
-	w.progressf("start-up: first VolumeAttachment after %s, in node status after %s", seconds(res.startupToVA), seconds(res.startupToStatus))
+	var synced time.Time
+	if err := w.waitFor(ctx, logTimeout, "the start-up's informer sync in the log", func() bool {
+		var ok bool
+		synced, ok, err = informersSynced(w.ctrl.LogPath(), w.cfg.Controller, started.Year())
+		return ok || err != nil
+	}); err != nil {
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	res.startupSynced = synced.Sub(started)
+	w.progressf("start-up: informers synced after %s, first VolumeAttachment after %s, in node status after %s",
+		seconds(res.startupSynced), seconds(res.startupToVA), seconds(res.startupToStatus))
 	return w.exited()
 }
 
