@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
@@ -53,7 +55,7 @@ func TestCacheAtPresentOrList(t *testing.T) {
 					return 7, nil
 				}
 			}
-			at, listed, err := cacheAtPresentOrList(t.Context(), c, present, cache, list)
+			at, listed, err := cacheAtPresentOrList(t.Context(), c, present, cache, list, 0)
 			if at != tc.wantPresent {
 				t.Fatalf("at the present: %t, want %t", at, tc.wantPresent)
 			}
@@ -68,6 +70,43 @@ func TestCacheAtPresentOrList(t *testing.T) {
 			if listed != 7 || err != nil {
 				t.Errorf("list's answer = %d, %v, want 7, nil", listed, err)
 			}
+		})
+	}
+}
+
+// TestCacheAtPresentOrListAfterAHeadStart: given a head start, a cache that
+// reaches the present within it proves its informer current with no list sent;
+// one that does not is proven by the list sent after it.
+func TestCacheAtPresentOrListAfterAHeadStart(t *testing.T) {
+	tests := []struct {
+		name        string
+		cached      string
+		wantPresent bool
+		wantLists   int32
+	}{
+		{name: "the cache gets there first", cached: "12", wantPresent: true, wantLists: 0},
+		{name: "the cache is behind", cached: "9", wantLists: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := &Controller{presentWait: 200 * time.Millisecond}
+				cache := &toolscache.FakeCustomStore{LastStoreSyncResourceVersionFunc: func() string { return tc.cached }}
+				present := func(context.Context) (string, error) { return "10", nil }
+				var lists atomic.Int32
+				list := func(context.Context) (int, error) {
+					lists.Add(1)
+					return 7, nil
+				}
+				at, listed, err := cacheAtPresentOrList(t.Context(), c, present, cache, list, time.Second)
+				synctest.Wait()
+				if at != tc.wantPresent || lists.Load() != tc.wantLists {
+					t.Fatalf("at the present: %t after %d lists, want %t after %d", at, lists.Load(), tc.wantPresent, tc.wantLists)
+				}
+				if !at && (listed != 7 || err != nil) {
+					t.Errorf("list's answer = %d, %v, want 7, nil", listed, err)
+				}
+			})
 		})
 	}
 }

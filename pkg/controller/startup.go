@@ -79,7 +79,7 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 					return
 				}
 				lapses, resumed := check.lapsesNow()
-				at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind)
+				at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind, 0)
 				switch {
 				case at:
 					logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads")
@@ -172,12 +172,13 @@ func (check *informerCheck) provenAfter(lapses uint64, resumed bool) {
 
 // cacheAtPresentOrList proves an informer current by whichever comes first: its
 // cache reaching the present (cacheAtPresent), or list, a quorum list of every
-// object, answering. The list is called off when the cache gets there first
+// object, answering. The list is sent listAfter after the start, unless the
+// cache got there by then, and called off when the cache gets there first
 // (atPresent, and no result of list); a list that fails waits for the cache.
 // The cache of a resource that often changes gets there in milliseconds, long
 // before a list of 10,000 objects; one of a resource that did not change since
 // only at the next bookmark, which may be a minute away.
-func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVersion func(context.Context) (string, error), cache toolscache.Store, list func(context.Context) (T, error)) (atPresent bool, listed T, err error) {
+func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVersion func(context.Context) (string, error), cache toolscache.Store, list func(context.Context) (T, error), listAfter time.Duration) (atPresent bool, listed T, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
@@ -186,6 +187,10 @@ func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVers
 	}
 	answered := make(chan answer, 1)
 	go func() {
+		if listAfter > 0 && !sleep(ctx, listAfter) {
+			answered <- answer{err: ctx.Err()}
+			return
+		}
 		listed, err := list(ctx)
 		answered <- answer{listed, err}
 	}()
