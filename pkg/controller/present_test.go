@@ -3,11 +3,13 @@ package controller
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
@@ -108,5 +110,42 @@ func TestCacheAtPresentOrListAfterAHeadStart(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestQuorumListReadsEveryPage: a quorum list asks for pages of quorumPageSize
+// and follows each continue token to the last page, so that it names every
+// object.
+func TestQuorumListReadsEveryPage(t *testing.T) {
+	total := 2*quorumPageSize + 7
+	var asked []metav1.ListOptions
+	list := func(_ context.Context, opts metav1.ListOptions) ([]int, string, error) {
+		asked = append(asked, opts)
+		from := 0
+		if opts.Continue != "" {
+			from, _ = strconv.Atoi(opts.Continue)
+		}
+		to := min(from+int(opts.Limit), total)
+		page := make([]int, 0, to-from)
+		for i := from; i < to; i++ {
+			page = append(page, i)
+		}
+		next := ""
+		if to < total {
+			next = strconv.Itoa(to)
+		}
+		return page, next, nil
+	}
+	seen := 0
+	if err := quorumList(t.Context(), list, func(*int) { seen++ }); err != nil {
+		t.Fatal(err)
+	}
+	if seen != total || len(asked) != 3 {
+		t.Fatalf("handed %d objects in %d pages, want %d in 3", seen, len(asked), total)
+	}
+	for _, opts := range asked {
+		if opts.Limit != quorumPageSize || opts.ResourceVersion != "" {
+			t.Errorf("a page was asked with limit %d and resourceVersion %q, want %d and the quorum's \"\"", opts.Limit, opts.ResourceVersion, quorumPageSize)
+		}
 	}
 }
