@@ -129,7 +129,7 @@ func findExecutables(ctx context.Context, this string) (executables, error) {
 // container runtime writes an image's: an executable fresh from the Go linker,
 // which writes it through a memory map, has about 30 MiB more of its pages
 // resident once started (this controller against an API server that does not
-// answer: 88 MiB against 57 MiB for a copy of the same file), which peak RSS
+// answer: 86 MiB against 56 MiB for a copy of the same file), which peak RSS
 // would count.
 func (e executables) copyTo(dir string) (executables, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
