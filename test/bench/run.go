@@ -795,15 +795,16 @@ func (w *world) measureStartup(ctx context.Context, res *result, windows *[numPh
 	}
 	windows[startupPhase].to = time.Now()
 	var synced time.Time
+	var readErr error
 	if err := w.waitFor(ctx, logTimeout, "the start-up's informer sync in the log", func() bool {
 		var ok bool
-		synced, ok, err = informersSynced(w.ctrl.LogPath(), w.cfg.Controller, started.Year())
-		return ok || err != nil
+		synced, ok, readErr = informersSynced(w.ctrl.LogPath(), w.cfg.Controller, started.Year())
+		return ok || readErr != nil
 	}); err != nil {
 		return err
 	}
-	if err != nil {
-		return err
+	if readErr != nil {
+		return readErr
 	}
 	res.startupSynced = synced.Sub(started)
 	w.progressf("start-up: informers synced after %s, first VolumeAttachment after %s, in node status after %s",
