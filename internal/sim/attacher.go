@@ -59,9 +59,17 @@ type Attacher struct {
 	failures map[string]string
 	// pending are the attaches and detaches under way.
 	pending map[operation]attempt
-	// written is the resourceVersion of each VolumeAttachment as the simulator's last
-	// patch left it: an older copy in the cache is stale and not acted on.
-	written map[string]uint64
+	// written is each VolumeAttachment as the simulator's last patch left it: an
+	// older copy of the same object in the cache is stale and not acted on.
+	written map[string]writtenVersion
+}
+
+// writtenVersion is an object's UID and the resourceVersion a write left it at. A
+// new object of the same name is another UID: what was written to the old one says
+// nothing of it.
+type writtenVersion struct {
+	uid             types.UID
+	resourceVersion uint64
 }
 
 // operation is an attach or a detach of one VolumeAttachment.
@@ -89,7 +97,7 @@ func StartAttacherOn(ctx context.Context, client kubernetes.Interface, opts Atta
 	}
 	a := &Attacher{
 		client: client, opts: opts, queue: newQueue(), drivers: map[string]bool{},
-		failures: map[string]string{}, pending: map[operation]attempt{}, written: map[string]uint64{},
+		failures: map[string]string{}, pending: map[operation]attempt{}, written: map[string]writtenVersion{},
 	}
 	for _, d := range opts.Drivers {
 		a.drivers[d] = true
@@ -194,7 +202,7 @@ func (a *Attacher) sync(ctx context.Context, name string) (retry time.Duration, 
 		return 0, nil
 	}
 	va := obj.(*storagev1.VolumeAttachment)
-	if !a.drivers[va.Spec.Attacher] || resourceVersion(va) < written {
+	if !a.drivers[va.Spec.Attacher] || (va.UID == written.uid && resourceVersion(va) < written.resourceVersion) {
 		return 0, nil
 	}
 	finalizer := AttacherFinalizer(va.Spec.Attacher)
@@ -256,7 +264,7 @@ func (a *Attacher) detach(ctx context.Context, va *storagev1.VolumeAttachment, f
 	}
 	a.mu.Lock()
 	// The object goes: no copy of it left in the cache is acted on.
-	a.written[va.Name] = math.MaxUint64
+	a.written[va.Name] = writtenVersion{uid: va.UID, resourceVersion: math.MaxUint64}
 	delete(a.pending, op)
 	delete(a.pending, operation{uid: va.UID})
 	a.mu.Unlock()
@@ -356,6 +364,6 @@ func (a *Attacher) patch(ctx context.Context, va *storagev1.VolumeAttachment, wh
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.written[va.Name] = resourceVersion(updated)
+	a.written[va.Name] = writtenVersion{uid: updated.UID, resourceVersion: resourceVersion(updated)}
 	return nil
 }

@@ -15,7 +15,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 )
@@ -395,5 +399,66 @@ func TestAttacherIgnoresOtherDrivers(t *testing.T) {
 	}
 	if len(va.Finalizers) != 0 || va.Status.Attached {
 		t.Errorf("attacher of another driver touched the attachment: finalizers %v, attached %t", va.Finalizers, va.Status.Attached)
+	}
+}
+
+// TestAttacherActsOnANewObjectOfTheSameName: the informer can deliver a
+// VolumeAttachment's deletion and a new one of the same name before the simulator
+// syncs that name again. The new object is attached, not skipped as a stale copy of
+// the one the simulator has just let go.
+func TestAttacherActsOnANewObjectOfTheSameName(t *testing.T) {
+	const name = "recreated"
+	pvName := "recreated-pv"
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec:       corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h"}}},
+	}
+	attachment := func(uid types.UID, deleting bool) *storagev1.VolumeAttachment {
+		va := &storagev1.VolumeAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, ResourceVersion: "5"},
+			Spec:       storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		}
+		if deleting {
+			va.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			va.Finalizers = []string{AttacherFinalizer(driver)}
+			va.Status.Attached = true
+		}
+		return va
+	}
+	old, recreated := attachment("old", true), attachment("new", false)
+	client := fake.NewClientset(pv, old)
+	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	vas := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, err := range []error{pvs.Add(pv), vas.Add(old)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &Attacher{
+		client: client, vas: vas, pvs: corelisters.NewPersistentVolumeLister(pvs), queue: newQueue(),
+		drivers: map[string]bool{driver: true}, failures: map[string]string{}, pending: map[operation]attempt{}, written: map[string]writtenVersion{},
+	}
+	if _, err := a.sync(t.Context(), name); err != nil {
+		t.Fatalf("detaching the old VolumeAttachment: %v", err)
+	}
+	// The old object goes and the new one comes before the name is synced again.
+	if err := client.Tracker().Delete(storagev1.SchemeGroupVersion.WithResource("volumeattachments"), "", name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.StorageV1().VolumeAttachments().Create(t.Context(), recreated, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := vas.Update(recreated); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.sync(t.Context(), name); err != nil {
+		t.Fatalf("syncing the new VolumeAttachment: %v", err)
+	}
+	got, err := client.StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got.Finalizers, AttacherFinalizer(driver)) {
+		t.Errorf("the new VolumeAttachment was skipped: finalizers %v, want the attacher's", got.Finalizers)
 	}
 }
