@@ -168,6 +168,28 @@ func (d *DesiredState) removePodVolume(podKey, node string, name volumename.Uniq
 	return true
 }
 
+// PodEnded records that a pod on the node needed these volumes until now,
+// whether or not the desired state ever held it: the populator evaluates a pod
+// some time after the event that queued it, and a pod that came and went in that
+// time is never held. It returns the volumes recorded: those no pod held on the
+// node needs, whose wait for unmount must count from now.
+func (d *DesiredState) PodEnded(node string, volumes []volumename.UniqueName) []volumename.UniqueName {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var recorded []volumename.UniqueName
+	for _, name := range volumes {
+		if vol, ok := d.volumes[name]; ok && vol.nodes[node] != nil {
+			continue
+		}
+		if d.neededUntil[name] == nil {
+			d.neededUntil[name] = make(map[string]time.Time)
+		}
+		d.neededUntil[name][node] = d.now()
+		recorded = append(recorded, name)
+	}
+	return recorded
+}
+
 // NeededUntil returns, by node, when the volume was last needed there by a pod
 // that has gone since the reconciler last took it (TakeNeededUntil).
 func (d *DesiredState) NeededUntil(name volumename.UniqueName) map[string]time.Time {

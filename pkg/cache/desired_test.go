@@ -292,3 +292,36 @@ func TestMultiAttachReported(t *testing.T) {
 		})
 	}
 }
+
+// PodEnded records the volumes of a pod the desired state may never have held
+// as needed on its node until now, unless a pod held there still needs them.
+func TestPodEnded(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup []desiredStep
+		want  []volumename.UniqueName
+	}{
+		{name: "no pod held", want: names(volA, volB)},
+		{name: "another pod on the node needs one", setup: []desiredStep{setPod(pod2, "node-1", volA)}, want: names(volB)},
+		{name: "a pod on another node needs one", setup: []desiredStep{setPod(pod2, "node-2", volA)}, want: names(volA, volB)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := cache.NewDesiredState()
+			for _, step := range tc.setup {
+				step(d)
+			}
+			got := d.PodEnded("node-1", names(volA, volB))
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("PodEnded() = %q, want %q", got, tc.want)
+			}
+			for _, v := range []cache.Volume{volA, volB} {
+				_, recorded := d.NeededUntil(v.Name)["node-1"]
+				if want := slices.Contains(tc.want, v.Name); recorded != want {
+					t.Errorf("NeededUntil(%s) has node-1: %t, want %t", v.Name, recorded, want)
+				}
+			}
+		})
+	}
+}

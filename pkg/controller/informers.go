@@ -184,8 +184,8 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 	handlers := []handler{
 		{c.informers.pods.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueuePod,
-			UpdateFunc: func(_, obj any) { c.enqueuePod(obj) },
-			DeleteFunc: c.enqueuePod,
+			UpdateFunc: func(oldObj, obj any) { c.onPodUpdate(ctx, oldObj, obj) },
+			DeleteFunc: func(obj any) { c.onPodDelete(ctx, obj) },
 		}},
 		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onClaim,
@@ -246,6 +246,30 @@ func (c *Controller) enqueuePod(obj any) {
 	if key := objectKey(obj); key != "" {
 		c.populator.Enqueue(key)
 	}
+}
+
+// onPodUpdate queues the pod; a pod that stops counting (it terminated) hands
+// its last counting state to the populator, which may never have recorded it.
+func (c *Controller) onPodUpdate(ctx context.Context, oldObj, obj any) {
+	old, wasPod := oldObj.(*v1.Pod)
+	pod, isPod := obj.(*v1.Pod)
+	if wasPod && isPod && !populator.NeedsVolumes(pod) {
+		c.populator.PodEnded(ctx, old)
+	}
+	c.enqueuePod(obj)
+}
+
+// onPodDelete queues the pod and hands its last state to the populator, which
+// may never have recorded it.
+func (c *Controller) onPodDelete(ctx context.Context, obj any) {
+	last := obj
+	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		last = tombstone.Obj
+	}
+	if pod, ok := last.(*v1.Pod); ok {
+		c.populator.PodEnded(ctx, pod)
+	}
+	c.enqueuePod(obj)
 }
 
 func (c *Controller) enqueuePods(keys []string) {

@@ -171,6 +171,22 @@ func (p *Populator) SyncPod(ctx context.Context, key string) error {
 	return nil
 }
 
+// PodEnded takes the last state of a pod that counted, as the informer
+// delivered it when the pod was deleted or terminated: its volumes count as needed
+// on its node until now. The pod's evaluation reads the informer's cache later
+// and may find it gone, never having recorded it.
+func (p *Populator) PodEnded(ctx context.Context, pod *v1.Pod) {
+	if !NeedsVolumes(pod) {
+		return
+	}
+	vols, _ := p.podVolumes(klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KObj(pod)), pod)
+	names := make([]volumename.UniqueName, 0, len(vols))
+	for _, v := range vols {
+		names = append(names, v.Name)
+	}
+	p.report(p.desired.PodEnded(pod.Spec.NodeName, names))
+}
+
 // AllPods returns the key of every pod the informer holds or the desired state
 // records: what a full pass must re-evaluate.
 func (p *Populator) AllPods() ([]string, error) {
