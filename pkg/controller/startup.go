@@ -393,18 +393,10 @@ func (c *Controller) podExists(ctx context.Context, key types.NamespacedName) (b
 	return slices.ContainsFunc(list.Items, func(p v1.Pod) bool { return p.Name == key.Name }), nil
 }
 
-// quorumPageSize is the number of objects in each page of a quorum list. A take-over
-// while nothing changes VolumeAttachments proves its cache with a list of every one:
-// at 50,000 that was 100 pages of 500, each waiting its turn at an API server
-// loaded by the pods that move, 9 s in all before the first decision. Pages of 2,000
-// keep what one page holds in memory to a few megabytes of VolumeAttachments, and
-// about 16 MB of pods with their containers' specs.
-const quorumPageSize = 2000
-
 // quorumList lists every object of a resource, in pages that all belong to the
 // first one's quorum read, and hands each to each.
 func quorumList[T any](ctx context.Context, list func(context.Context, metav1.ListOptions) ([]T, string, error), each func(*T)) error {
-	opts := metav1.ListOptions{Limit: quorumPageSize}
+	opts := metav1.ListOptions{Limit: watchrecord.QuorumPageSize}
 	for {
 		items, next, err := list(ctx, opts)
 		if err != nil {
