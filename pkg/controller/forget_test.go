@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,9 +12,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -38,12 +41,49 @@ func newControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Contro
 }
 
 // runningController runs a controller with the periodic pass off on a fake API
-// server holding objs, and returns once it reconciles.
+// server holding objs, and returns once it reconciles and its informers watch
+// nodes, pods and VolumeAttachments: the fake API server keeps no history, and a
+// deletion made between an informer's list and its watch never reaches it (the
+// cause of a CI failure of TestDeletedNodesForgottenWithoutThePeriodicPass under
+// -race, every deleted node still held).
 func runningController(t *testing.T, objs ...runtime.Object) *Controller {
 	t.Helper()
-	c := newControllerWithoutPass(t, fake.NewClientset(objs...))
+	client := fake.NewClientset(objs...)
+	watching := recordWatches(client)
+	c := newControllerWithoutPass(t, client)
 	runUntilReady(t, c)
+	for _, resource := range []string{"nodes", "pods", "volumeattachments"} {
+		if !eventually(10*time.Second, func() bool { return watching(resource) }) {
+			t.Fatalf("the controller's informer of %s never watched", resource)
+		}
+	}
 	return c
+}
+
+// recordWatches makes the fake API server record the resources watched, and
+// returns what tells whether one is: a watch counts once the server sends it
+// every change.
+func recordWatches(client *fake.Clientset) func(resource string) bool {
+	var mu sync.Mutex
+	watched := map[string]bool{}
+	client.PrependWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if w, ok := action.(clienttesting.WatchActionImpl); ok {
+			opts = w.ListOptions
+		}
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err == nil {
+			mu.Lock()
+			watched[action.GetResource().Resource] = true
+			mu.Unlock()
+		}
+		return true, w, err
+	})
+	return func(resource string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return watched[resource]
+	}
 }
 
 // runUntilReady runs c until the test ends, and returns once it reconciles, with
