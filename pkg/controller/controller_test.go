@@ -28,20 +28,29 @@ const testDriver = "example.csi.k8s.io"
 
 func newTestController(t *testing.T, serverObjs ...runtime.Object) *Controller {
 	t.Helper()
+	c, _ := newWatchedTestController(t, serverObjs...)
+	return c
+}
+
+// newWatchedTestController is newTestController, and tells which resources its
+// informers watch (recordWatches).
+func newWatchedTestController(t *testing.T, serverObjs ...runtime.Object) (*Controller, func(resource string) bool) {
+	t.Helper()
 	client := fake.NewClientset(serverObjs...)
 	refuseReadsTheRoleDoesNotGrant(t, client)
+	watching := recordWatches(client)
 	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, watching
 }
 
 // startedController returns a controller whose informers run on a fake API server
-// holding objs, synced, with no event handler registered yet.
+// holding objs, synced and watching, with no event handler registered yet.
 func startedController(t *testing.T, objs ...runtime.Object) *Controller {
 	t.Helper()
-	c := newTestController(t, objs...)
+	c, watching := newWatchedTestController(t, objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
@@ -49,7 +58,22 @@ func startedController(t *testing.T, objs ...runtime.Object) *Controller {
 	})
 	c.factory.Start(ctx.Done())
 	c.factory.WaitForCacheSync(ctx.Done())
+	waitForWatches(t, watching)
 	return c
+}
+
+// waitForWatches waits until the informers watch nodes, pods and
+// VolumeAttachments: the fake API server keeps no history, and a deletion made
+// between an informer's list and its watch never reaches it (the cause of a CI
+// failure of TestDeletedNodesForgottenWithoutThePeriodicPass under -race, every
+// deleted node still held).
+func waitForWatches(t *testing.T, watching func(resource string) bool) {
+	t.Helper()
+	for _, resource := range []string{"nodes", "pods", "volumeattachments"} {
+		if !eventually(10*time.Second, func() bool { return watching(resource) }) {
+			t.Fatalf("the informer of %s never watched", resource)
+		}
+	}
 }
 
 // addToInformers puts objects into the informer caches, as if the informers had

@@ -41,22 +41,14 @@ func newControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Contro
 }
 
 // runningController runs a controller with the periodic pass off on a fake API
-// server holding objs, and returns once it reconciles and its informers watch
-// nodes, pods and VolumeAttachments: the fake API server keeps no history, and a
-// deletion made between an informer's list and its watch never reaches it (the
-// cause of a CI failure of TestDeletedNodesForgottenWithoutThePeriodicPass under
-// -race, every deleted node still held).
+// server holding objs, and returns once it reconciles and its informers watch.
 func runningController(t *testing.T, objs ...runtime.Object) *Controller {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	watching := recordWatches(client)
 	c := newControllerWithoutPass(t, client)
 	runUntilReady(t, c)
-	for _, resource := range []string{"nodes", "pods", "volumeattachments"} {
-		if !eventually(10*time.Second, func() bool { return watching(resource) }) {
-			t.Fatalf("the controller's informer of %s never watched", resource)
-		}
-	}
+	waitForWatches(t, watching)
 	return c
 }
 

@@ -487,6 +487,7 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 				ctx := t.Context()
 				client := fake.NewClientset(o.obj.DeepCopyObject())
 				refuseReadsTheRoleDoesNotGrant(t, client)
+				watching := recordWatches(client)
 				factory := informers.NewSharedInformerFactory(client, 0)
 				if tc.standby {
 					if err := StartInformers(ctx, factory); err != nil {
@@ -502,6 +503,7 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 				factory.Start(ctx.Done())
 				factory.WaitForCacheSync(ctx.Done())
 				if tc.deletedSince {
+					waitForWatches(t, watching)
 					if err := o.delete(ctx, client); err != nil {
 						t.Fatal(err)
 					}
