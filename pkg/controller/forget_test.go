@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,11 +11,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -50,32 +47,6 @@ func runningController(t *testing.T, objs ...runtime.Object) *Controller {
 	runUntilReady(t, c)
 	waitForWatches(t, watching)
 	return c
-}
-
-// recordWatches makes the fake API server record the resources watched, and
-// returns what tells whether one is: a watch counts once the server sends it
-// every change.
-func recordWatches(client *fake.Clientset) func(resource string) bool {
-	var mu sync.Mutex
-	watched := map[string]bool{}
-	client.PrependWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if w, ok := action.(clienttesting.WatchActionImpl); ok {
-			opts = w.ListOptions
-		}
-		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
-		if err == nil {
-			mu.Lock()
-			watched[action.GetResource().Resource] = true
-			mu.Unlock()
-		}
-		return true, w, err
-	})
-	return func(resource string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return watched[resource]
-	}
 }
 
 // runUntilReady runs c until the test ends, and returns once it reconciles, with

@@ -262,11 +262,10 @@ func (c *Controller) onPodUpdate(ctx context.Context, oldObj, obj any) {
 // onPodDelete queues the pod and hands its last state to the populator, which
 // may never have recorded it.
 func (c *Controller) onPodDelete(ctx context.Context, obj any) {
-	last := obj
-	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		last = tombstone.Obj
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
-	if pod, ok := last.(*v1.Pod); ok {
+	if pod, ok := obj.(*v1.Pod); ok {
 		c.populator.PodEnded(ctx, pod)
 	}
 	c.enqueuePod(obj)
