@@ -7,10 +7,14 @@
 // with the number of distinct warnings, not with the burst. Normal events are
 // folded the same way and wait in a queue of bounded length, long enough for one
 // event per pod of a burst of 25,000 attaches; one that finds it full is dropped
-// and reported to Options.Dropped. A single writer sends them, warnings first, at the rate limit
-// of the client it is given, through client-go's EventCorrelator, so that repeats
-// are counted on one Event, similar events are aggregated and an object that gets
-// too many events is filtered exactly as client-go's broadcaster does.
+// and reported to Options.Dropped. Options.Writers writers send them, warnings
+// first, at the rate limit of the client they are given, through client-go's
+// EventCorrelator, so that repeats are counted on one Event, similar events are
+// aggregated and an object that gets too many events is filtered exactly as
+// client-go's broadcaster does. No two events about one object are on their way
+// at once: each object's events are correlated and written in the order they came.
+// Several writers keep the rate limit's pace when the API server is slow to
+// answer, where one writer would send one event per round trip.
 //
 // An event whose write fails with an error that may pass is tried again after
 // RetryDelay, MaxTries times in all as client-go's broadcaster does, then
@@ -32,6 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -67,7 +72,16 @@ const (
 	DefaultRetryDelay = 10 * time.Second
 	// DefaultMaxTries is client-go's number of tries of one event.
 	DefaultMaxTries = 12
+	// DefaultWriters keeps the default --event-qps of 10 while the API server
+	// takes up to 400 ms to answer an event write, as it did under a burst of
+	// 50,000 attaches on the benchmark's two cores (about 370 ms; one writer
+	// then wrote fewer than 3 events a second).
+	DefaultWriters = 4
 )
+
+// maxScan is how far into the waiting events a writer looks for one whose
+// object has no event on its way, before it waits for one to come back.
+const maxScan = 100
 
 // Options configure a Recorder.
 type Options struct {
@@ -82,6 +96,9 @@ type Options struct {
 	// MaxTries is how many times an event is tried before it is dropped;
 	// DefaultMaxTries if 0.
 	MaxTries int
+	// Writers is how many events may be on their way to the API server at
+	// once, each about a different object; DefaultWriters if 0.
+	Writers int
 	// Correlator configures client-go's EventCorrelator; the zero value is
 	// client-go's defaults, those of its broadcaster.
 	Correlator record.CorrelatorOptions
@@ -108,7 +125,20 @@ type Recorder struct {
 	// which take their place in the normal events' bound.
 	retrying       []*attempt
 	retryingNormal int
-	stopped        bool
+	// sending holds the objects that have an event on its way.
+	sending map[objectRef]bool
+	stopped bool
+}
+
+// objectRef identifies the object of an event, whatever its version.
+type objectRef struct {
+	kind, namespace, name string
+	uid                   types.UID
+}
+
+func objectOf(e *v1.Event) objectRef {
+	o := e.InvolvedObject
+	return objectRef{kind: o.Kind, namespace: o.Namespace, name: o.Name, uid: o.UID}
 }
 
 // attempt is an event on its way to the API server: what the correlator made of
@@ -134,6 +164,9 @@ func New(logger klog.Logger, client typedcorev1.EventsGetter, scheme *runtime.Sc
 	if opts.MaxTries == 0 {
 		opts.MaxTries = DefaultMaxTries
 	}
+	if opts.Writers == 0 {
+		opts.Writers = DefaultWriters
+	}
 	return &Recorder{
 		client:  client,
 		scheme:  scheme,
@@ -141,6 +174,7 @@ func New(logger klog.Logger, client typedcorev1.EventsGetter, scheme *runtime.Sc
 		logger:  logger,
 		wake:    make(chan struct{}, 1),
 		waiting: map[string]*v1.Event{},
+		sending: map[objectRef]bool{},
 	}
 }
 
@@ -221,40 +255,40 @@ func (r *Recorder) enqueue(event *v1.Event) bool {
 		r.normals = append(r.normals, key)
 	}
 	r.waiting[key] = event
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
+	r.wakeOne()
 	return true
 }
 
-// next takes the event to write now: a warning due for another try, else the
-// oldest waiting warning, else the same for normal events. A retry is taken at
-// its time and no sooner, so that an event that keeps failing takes one write
-// every RetryDelay and the others go past it. When nothing is due, next returns
-// how long until the first retry is (0 if none waits).
+// next takes the event to write now, of an object with no event on its way: a
+// warning due for another try, else the oldest waiting warning, else the same
+// for normal events. A retry is taken at its time and no sooner, so that an event
+// that keeps failing takes one write every RetryDelay and the others go past it.
+// The object taken counts as sending until done. When nothing can be taken,
+// next returns how long until the first retry it could take is due (0 if none
+// waits).
 func (r *Recorder) next(now time.Time) (retry *attempt, fresh *v1.Event, wait time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer func() { r.wakeAnotherLocked(retry != nil || fresh != nil) }()
 	for _, eventType := range []string{v1.EventTypeWarning, v1.EventTypeNormal} {
 		if a := r.takeDueLocked(eventType, now); a != nil {
+			r.sending[objectOf(a.result.Event)] = true
 			return a, nil, 0
 		}
 		keys := &r.normals
 		if eventType == v1.EventTypeWarning {
 			keys = &r.warnings
 		}
-		if len(*keys) == 0 {
-			continue
+		if event := r.takeWaitingLocked(keys); event != nil {
+			r.sending[objectOf(event)] = true
+			return nil, event, 0
 		}
-		key := (*keys)[0]
-		(*keys)[0] = ""
-		*keys = (*keys)[1:]
-		event := r.waiting[key]
-		delete(r.waiting, key)
-		return nil, event, 0
 	}
 	for _, a := range r.retrying {
+		if r.sending[objectOf(a.result.Event)] {
+			// done wakes a writer when the object's event comes back.
+			continue
+		}
 		if left := a.due.Sub(now); wait == 0 || left < wait {
 			wait = max(left, time.Nanosecond)
 		}
@@ -262,11 +296,55 @@ func (r *Recorder) next(now time.Time) (retry *attempt, fresh *v1.Event, wait ti
 	return nil, nil, wait
 }
 
-// takeDueLocked takes the retry of the type that has been due longest, if any.
+// wakeAnotherLocked lets one more writer look for work once this one took an
+// event and others wait: an event queued wakes one writer only.
+func (r *Recorder) wakeAnotherLocked(took bool) {
+	if took && len(r.warnings)+len(r.normals) > 0 {
+		r.wakeOne()
+	}
+}
+
+func (r *Recorder) wakeOne() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// takeWaitingLocked takes the oldest of the waiting events keys names whose
+// object has no event on its way, looking at the first maxScan only.
+func (r *Recorder) takeWaitingLocked(keys *[]string) *v1.Event {
+	for i, key := range (*keys)[:min(len(*keys), maxScan)] {
+		event := r.waiting[key]
+		if r.sending[objectOf(event)] {
+			continue
+		}
+		// The ones before it move up by one, so that the slice keeps its order
+		// and drops its first element.
+		copy((*keys)[1:i+1], (*keys)[:i])
+		(*keys)[0] = ""
+		*keys = (*keys)[1:]
+		delete(r.waiting, key)
+		return event
+	}
+	return nil
+}
+
+// done marks the object of an event written, or put back for another try, as no
+// longer sending, and lets a writer look for its next event.
+func (r *Recorder) done(event *v1.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.sending, objectOf(event))
+	r.wakeOne()
+}
+
+// takeDueLocked takes the retry of the type that has been due longest, if any,
+// of an object with no event on its way.
 func (r *Recorder) takeDueLocked(eventType string, now time.Time) *attempt {
 	best := -1
 	for i, a := range r.retrying {
-		if a.eventType == eventType && !a.due.After(now) && (best < 0 || a.due.Before(r.retrying[best].due)) {
+		if a.eventType == eventType && !a.due.After(now) && !r.sending[objectOf(a.result.Event)] && (best < 0 || a.due.Before(r.retrying[best].due)) {
 			best = i
 		}
 	}
@@ -300,15 +378,26 @@ func (r *Recorder) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	defer r.stop(logger)
 	correlator := record.NewEventCorrelatorWithOptions(r.opts.Correlator)
+	var writers sync.WaitGroup
+	for range r.opts.Writers {
+		writers.Go(func() { r.write(ctx, correlator) })
+	}
+	writers.Wait()
+}
+
+// write is one writer: it takes the next event and writes it, until ctx ends.
+func (r *Recorder) write(ctx context.Context, correlator *record.EventCorrelator) {
 	for ctx.Err() == nil {
 		retry, fresh, wait := r.next(time.Now())
 		switch {
 		case retry != nil:
 			r.try(ctx, correlator, retry)
+			r.done(retry.result.Event)
 		case fresh != nil:
 			if a := r.correlate(ctx, correlator, fresh); a != nil {
 				r.try(ctx, correlator, a)
 			}
+			r.done(fresh)
 		default:
 			r.sleep(ctx, wait)
 		}
@@ -338,7 +427,7 @@ func (r *Recorder) stop(logger klog.Logger) {
 	if len(r.waiting) > 0 || len(r.retrying) > 0 {
 		logger.Info("Stopped writing events; abandoning those still waiting", "warnings", len(r.warnings), "normal", len(r.normals), "retrying", len(r.retrying))
 	}
-	r.waiting, r.warnings, r.normals, r.retrying, r.retryingNormal = nil, nil, nil, nil, 0
+	r.waiting, r.warnings, r.normals, r.retrying, r.retryingNormal, r.sending = nil, nil, nil, nil, 0, nil
 }
 
 func eventLogger(ctx context.Context, event *v1.Event) klog.Logger {
