@@ -2,6 +2,7 @@ package eventsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -116,4 +118,63 @@ func TestWritersSendEventsOfDifferentObjectsAtOnce(t *testing.T) {
 	if want := []string{"m0", "m1", "m2"}; !slices.Equal(ofBusy, want) {
 		t.Errorf("%s's events written in the order %q, want %q", busy.Name, ofBusy, want)
 	}
+}
+
+// failOnceSink fails the first write of the event with message failing, holds
+// each write of the event with message held until the test answers it, and
+// writes the others at once.
+type failOnceSink struct {
+	typedcorev1.EventInterface
+	failing, held string
+	answer        chan struct{}
+
+	mu       sync.Mutex
+	attempts map[string]int
+}
+
+func (s *failOnceSink) Events(string) typedcorev1.EventInterface { return s }
+
+func (s *failOnceSink) CreateWithEventNamespaceWithContext(ctx context.Context, e *v1.Event) (*v1.Event, error) {
+	s.mu.Lock()
+	s.attempts[e.Message]++
+	n := s.attempts[e.Message]
+	s.mu.Unlock()
+	switch {
+	case e.Message == s.failing && n == 1:
+		return nil, apierrors.NewInternalError(errors.New("etcd leader changed"))
+	case e.Message == s.held:
+		select {
+		case <-s.answer:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return e, nil
+}
+
+func (s *failOnceSink) attemptsOf(message string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempts[message]
+}
+
+// TestARetryWaitsForItsObjectsEventOnItsWay: an event due for another try is
+// not sent while another event about its object is on its way, and is sent once
+// that one comes back.
+func TestARetryWaitsForItsObjectsEventOnItsWay(t *testing.T) {
+	sink := &failOnceSink{failing: "first", held: "second", answer: make(chan struct{}), attempts: map[string]int{}}
+	rec := New(ktesting.NewLogger(t, ktesting.NewConfig()), sink, scheme.Scheme, Options{Source: source, RetryDelay: 10 * time.Millisecond})
+	start(t, rec)
+	emitter := podevents.NewEmitter(rec)
+	p := pod(0)
+	emitter.Emit([]cache.PodRef{p}, v1.EventTypeNormal, "Reason", "first")
+	eventually(t, 5*time.Second, "the first event tried", func() bool { return sink.attemptsOf("first") == 1 })
+	emitter.Emit([]cache.PodRef{p}, v1.EventTypeNormal, "Reason", "second")
+	eventually(t, 5*time.Second, "the second event on its way", func() bool { return sink.attemptsOf("second") == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if n := sink.attemptsOf("first"); n != 1 {
+		t.Fatalf("the first event was tried %d times while the second, about the same pod, was on its way; want 1", n)
+	}
+	sink.answer <- struct{}{}
+	eventually(t, 5*time.Second, "the first event tried again", func() bool { return sink.attemptsOf("first") == 2 })
 }
