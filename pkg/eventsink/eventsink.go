@@ -6,7 +6,7 @@
 // (same object, type, reason and message) is folded into it, so memory grows
 // with the number of distinct warnings, not with the burst. Normal events are
 // folded the same way and wait in a queue of bounded length, long enough for one
-// event per pod of a burst of 25,000 attaches; one that finds it full is dropped
+// event per pod of a burst of 50,000 attaches; one that finds it full is dropped
 // and reported to Options.Dropped. Options.Writers writers send them, warnings
 // first, at the rate limit of the client they are given, through client-go's
 // EventCorrelator, so that repeats are counted on one Event, similar events are
@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,10 +62,10 @@ const (
 // Defaults of Options.
 const (
 	// DefaultMaxQueuedNormal bounds the memory of normal events waiting: about
-	// 1 KiB each, so 26 MiB at most. It is 25 times client-go's broadcaster
-	// queue, which drops events beyond 1,000 waiting: a burst of 10,000 attaches
-	// gets every SuccessfulAttachVolume written.
-	DefaultMaxQueuedNormal = 25000
+	// 540 bytes each, so 27 MiB at most. It is 50 times client-go's broadcaster
+	// queue, which drops events beyond 1,000 waiting: a burst of 50,000
+	// attaches, 5,000 nodes of ten, gets every SuccessfulAttachVolume written.
+	DefaultMaxQueuedNormal = 50000
 	// DefaultRetryDelay is client-go's wait before it writes an event again
 	// after an error that may pass.
 	DefaultRetryDelay = 10 * time.Second
@@ -116,10 +115,10 @@ type Recorder struct {
 	wake   chan struct{}
 
 	mu sync.Mutex
-	// waiting holds the queued events by key; warnings and normals are their
-	// keys in the order they came.
-	waiting           map[string]*v1.Event
-	warnings, normals []string
+	// waiting holds the queued events by what they say; warnings and normals
+	// hold them in the order they came.
+	waiting           map[eventKey]*queued
+	warnings, normals []*queued
 	// retrying holds the events whose write failed and that wait for their
 	// next try, each until its own time; retryingNormal counts the normal ones,
 	// which take their place in the normal events' bound.
@@ -139,6 +138,52 @@ type objectRef struct {
 func objectOf(e *v1.Event) objectRef {
 	o := e.InvolvedObject
 	return objectRef{kind: o.Kind, namespace: o.Namespace, name: o.Name, uid: o.UID}
+}
+
+// eventKey identifies the repeats of one event: the same object, type, reason
+// and message (all of a Recorder's events have the same source).
+type eventKey struct {
+	object                     objectRef
+	apiVersion, fieldPath      string
+	eventType, reason, message string
+}
+
+// queued is an event waiting to be written, as small as it can be kept: the
+// v1.Event is made only when a writer takes it.
+type queued struct {
+	key             eventKey
+	resourceVersion string
+	annotations     map[string]string
+	first, last     metav1.Time
+}
+
+// event is the Event to write for q, as client-go's recorder makes it.
+func (q *queued) event(source v1.EventSource) *v1.Event {
+	k := q.key
+	namespace := k.object.namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
+	return &v1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        recordutil.GenerateEventName(k.object.name, q.first.UnixNano()),
+			Namespace:   namespace,
+			Annotations: q.annotations,
+		},
+		InvolvedObject: v1.ObjectReference{
+			Kind: k.object.kind, Namespace: k.object.namespace, Name: k.object.name, UID: k.object.uid,
+			APIVersion: k.apiVersion, ResourceVersion: q.resourceVersion, FieldPath: k.fieldPath,
+		},
+		Reason:              k.reason,
+		Message:             k.message,
+		FirstTimestamp:      q.first,
+		LastTimestamp:       q.last,
+		Count:               1,
+		Type:                k.eventType,
+		Source:              source,
+		ReportingController: source.Component,
+		ReportingInstance:   source.Host,
+	}
 }
 
 // attempt is an event on its way to the API server: what the correlator made of
@@ -173,7 +218,7 @@ func New(logger klog.Logger, client typedcorev1.EventsGetter, scheme *runtime.Sc
 		opts:    opts,
 		logger:  logger,
 		wake:    make(chan struct{}, 1),
-		waiting: map[string]*v1.Event{},
+		waiting: map[eventKey]*queued{},
 		sending: map[objectRef]bool{},
 	}
 }
@@ -205,29 +250,19 @@ func (r *Recorder) record(object runtime.Object, annotations map[string]string, 
 		return
 	}
 	now := metav1.Now()
-	namespace := ref.Namespace
-	if namespace == "" {
-		namespace = metav1.NamespaceDefault
-	}
-	event := &v1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        recordutil.GenerateEventName(ref.Name, now.UnixNano()),
-			Namespace:   namespace,
-			Annotations: annotations,
+	q := &queued{
+		key: eventKey{
+			object:     objectRef{kind: ref.Kind, namespace: ref.Namespace, name: ref.Name, uid: ref.UID},
+			apiVersion: ref.APIVersion, fieldPath: ref.FieldPath,
+			eventType: eventtype, reason: reason, message: message,
 		},
-		InvolvedObject:      *ref,
-		Reason:              reason,
-		Message:             message,
-		FirstTimestamp:      now,
-		LastTimestamp:       now,
-		Count:               1,
-		Type:                eventtype,
-		Source:              r.opts.Source,
-		ReportingController: r.opts.Source.Component,
-		ReportingInstance:   r.opts.Source.Host,
+		resourceVersion: ref.ResourceVersion,
+		annotations:     annotations,
+		first:           now,
+		last:            now,
 	}
 	r.logger.V(3).Info("Event occurred", "object", klog.KRef(ref.Namespace, ref.Name), "kind", ref.Kind, "type", eventtype, "reason", reason, "message", message)
-	if !r.enqueue(event) {
+	if !r.enqueue(q) {
 		r.logger.V(3).Info("Too many normal events waiting to be written, dropped one", "object", klog.KRef(ref.Namespace, ref.Name), "reason", reason, "limit", r.opts.MaxQueuedNormal)
 		r.dropped(eventtype, CauseQueueFull)
 	}
@@ -235,26 +270,25 @@ func (r *Recorder) record(object runtime.Object, annotations map[string]string, 
 
 // enqueue queues the event, or folds it into the same one already waiting. It
 // returns false only for a normal event that found the queue full.
-func (r *Recorder) enqueue(event *v1.Event) bool {
-	key := eventKey(event)
+func (r *Recorder) enqueue(q *queued) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
 		return true
 	}
-	if same, ok := r.waiting[key]; ok {
-		same.LastTimestamp = event.LastTimestamp
+	if same, ok := r.waiting[q.key]; ok {
+		same.last = q.last
 		return true
 	}
-	if event.Type == v1.EventTypeWarning {
-		r.warnings = append(r.warnings, key)
+	if q.key.eventType == v1.EventTypeWarning {
+		r.warnings = append(r.warnings, q)
 	} else {
 		if len(r.normals)+r.retryingNormal >= r.opts.MaxQueuedNormal {
 			return false
 		}
-		r.normals = append(r.normals, key)
+		r.normals = append(r.normals, q)
 	}
-	r.waiting[key] = event
+	r.waiting[q.key] = q
 	r.wakeOne()
 	return true
 }
@@ -275,13 +309,13 @@ func (r *Recorder) next(now time.Time) (retry *attempt, fresh *v1.Event, wait ti
 			r.sending[objectOf(a.result.Event)] = true
 			return a, nil, 0
 		}
-		keys := &r.normals
+		waiting := &r.normals
 		if eventType == v1.EventTypeWarning {
-			keys = &r.warnings
+			waiting = &r.warnings
 		}
-		if event := r.takeWaitingLocked(keys); event != nil {
-			r.sending[objectOf(event)] = true
-			return nil, event, 0
+		if q := r.takeWaitingLocked(waiting); q != nil {
+			r.sending[q.key.object] = true
+			return nil, q.event(r.opts.Source), 0
 		}
 	}
 	for _, a := range r.retrying {
@@ -311,21 +345,20 @@ func (r *Recorder) wakeOne() {
 	}
 }
 
-// takeWaitingLocked takes the oldest of the waiting events keys names whose
-// object has no event on its way, looking at the first maxScan only.
-func (r *Recorder) takeWaitingLocked(keys *[]string) *v1.Event {
-	for i, key := range (*keys)[:min(len(*keys), maxScan)] {
-		event := r.waiting[key]
-		if r.sending[objectOf(event)] {
+// takeWaitingLocked takes the oldest of the waiting events whose object has no
+// event on its way, looking at the first maxScan only.
+func (r *Recorder) takeWaitingLocked(waiting *[]*queued) *queued {
+	for i, q := range (*waiting)[:min(len(*waiting), maxScan)] {
+		if r.sending[q.key.object] {
 			continue
 		}
 		// The ones before it move up by one, so that the slice keeps its order
 		// and drops its first element.
-		copy((*keys)[1:i+1], (*keys)[:i])
-		(*keys)[0] = ""
-		*keys = (*keys)[1:]
-		delete(r.waiting, key)
-		return event
+		copy((*waiting)[1:i+1], (*waiting)[:i])
+		(*waiting)[0] = nil
+		*waiting = (*waiting)[1:]
+		delete(r.waiting, q.key)
+		return q
 	}
 	return nil
 }
@@ -523,15 +556,4 @@ func (r *Recorder) dropped(eventType, cause string) {
 	if r.opts.Dropped != nil {
 		r.opts.Dropped(eventType, cause)
 	}
-}
-
-// eventKey identifies the repeats of one event: the same object, type, reason
-// and message from the same source.
-func eventKey(e *v1.Event) string {
-	o := e.InvolvedObject
-	return strings.Join([]string{
-		e.Source.Component, e.Source.Host,
-		o.Kind, o.APIVersion, o.Namespace, o.Name, string(o.UID), o.FieldPath,
-		e.Type, e.Reason, e.Message,
-	}, "\x00")
 }

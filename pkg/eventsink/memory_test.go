@@ -32,8 +32,8 @@ func TestMemoryOfWaitingNormalEvents(t *testing.T) {
 	}
 	perEvent := held / pods
 	t.Logf("%d normal events waiting hold %.1f MiB, %d bytes each", pods, float64(held)/(1<<20), perEvent)
-	if perEvent > 2048 {
-		t.Errorf("%d bytes per waiting event, want at most 2 KiB", perEvent)
+	if perEvent > 1024 {
+		t.Errorf("%d bytes per waiting event, want at most 1 KiB", perEvent)
 	}
 }
 
