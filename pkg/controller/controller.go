@@ -364,7 +364,6 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	}
 	onReady()
 	c.enqueueEverything()
-	c.reconciler.Release()
 	go c.proveAttachments(ctx, proven)
 	go c.runForgetting(ctx)
 	go c.populator.Run(ctx, c.opts.Workers)
@@ -381,6 +380,9 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		go c.status.Run(ctx, c.opts.StatusWorkers)
 		go c.reconciler.Run(ctx, c.opts.Workers)
 	}
+	// The workers run already: the first volume released is reconciled while
+	// the others are still being sorted.
+	c.reconciler.Release()
 	if !c.opts.DisableSync {
 		go wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod)
 	}

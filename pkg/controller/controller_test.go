@@ -258,7 +258,7 @@ func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
 	pv := csiPV("pv-1", "h-1", "ns", "data")
 	addToInformers(t, c, pv)
 	c.onPV(ctx, pv)
-	c.populator.Drain(ctx, c.opts.Workers)
+	c.populator.Drain(ctx, c.opts.Workers, nothingMore())
 	if !c.desired.IsDesired(vol, "node-a") {
 		t.Error("volume not desired at once when its PV appears")
 	}
@@ -597,4 +597,11 @@ func TestUnmountPolicies(t *testing.T) {
 	if len(waits) != 0 || len(never) != 3 {
 		t.Errorf("with force detach off: unmountPolicies = %v, %v; want every driver never", waits, never)
 	}
+}
+
+// nothingMore is populator.Drain's more for a queue that gets no more pods.
+func nothingMore() <-chan struct{} {
+	more := make(chan struct{})
+	close(more)
+	return more
 }

@@ -14,7 +14,7 @@ import (
 // rebuild fills the state from the synced informers before any decision. The
 // event handlers are registered first and deliver every object as an addition, so
 // that nothing deleted or changed from here on is missed; the pods they queue are
-// evaluated at once. An attached volume that its node's status does not list and
+// evaluated as they come. An attached volume that its node's status does not list and
 // that no pod there needs was being detached when the previous controller stopped:
 // it stays out of node status. The in-tree iSCSI and Fibre Channel volumes a
 // managed node's status lists are attached there: node status is their only record.
@@ -23,10 +23,20 @@ func (c *Controller) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !toolscache.WaitFor(ctx, "", regs...) {
+	// The pods are evaluated while the handlers still deliver: an evaluation
+	// reads only the synced informers, and the handlers' work for the other
+	// resources goes on beside it.
+	delivered := make(chan struct{})
+	var synced bool
+	go func() {
+		defer close(delivered)
+		synced = toolscache.WaitFor(ctx, "", regs...)
+	}()
+	c.populator.Drain(ctx, c.opts.Workers, delivered)
+	<-delivered
+	if !synced {
 		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
 	}
-	c.populator.Drain(ctx, c.opts.Workers)
 	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("listing nodes from the informer: %w", err)

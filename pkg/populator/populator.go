@@ -121,10 +121,11 @@ func (p *Populator) Run(ctx context.Context, workers int) {
 	})
 }
 
-// Drain re-evaluates, now, every pod queued so far, on the given number of
-// workers: at start-up, before the first decision, and before Run. As in Run, the
-// queue keeps evaluations of one pod apart.
-func (p *Populator) Drain(ctx context.Context, workers int) {
+// Drain evaluates the queued pods on the given number of workers until more is
+// closed and nothing is left queued: at start-up, while the event handlers still
+// queue the pods they deliver, and before Run. As in Run, the queue keeps
+// evaluations of one pod apart. It returns early if ctx ends.
+func (p *Populator) Drain(ctx context.Context, workers int, more <-chan struct{}) {
 	keys := make(chan string)
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
@@ -138,13 +139,33 @@ func (p *Populator) Drain(ctx context.Context, workers int) {
 			}
 		})
 	}
-	for p.queue.Len() > 0 {
-		key, _ := p.queue.Get()
-		keys <- key
+	defer wg.Wait()
+	defer close(keys)
+	poll := time.NewTicker(drainPollPeriod)
+	defer poll.Stop()
+	for {
+		if p.queue.Len() > 0 {
+			key, shutdown := p.queue.Get()
+			if shutdown {
+				return
+			}
+			keys <- key
+			continue
+		}
+		select {
+		case <-more:
+			if p.queue.Len() == 0 {
+				return
+			}
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
 	}
-	close(keys)
-	wg.Wait()
 }
+
+// drainPollPeriod is how often Drain looks for pods queued after it found none.
+const drainPollPeriod = 5 * time.Millisecond
 
 // SyncPod re-evaluates the pod with the given namespace/name key now. Outside of
 // start-up, use Enqueue: it keeps evaluations of one pod apart.

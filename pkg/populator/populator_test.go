@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -617,7 +619,7 @@ func TestFullPassForgetsVanishedPods(t *testing.T) {
 		for _, key := range keys {
 			w.pop.Enqueue(key)
 		}
-		w.pop.Drain(ctx, 1)
+		w.pop.Drain(ctx, 1, nothingMore())
 	}
 	fullPass()
 	if len(w.desired.PodKeys()) != 1 {
@@ -639,7 +641,7 @@ func TestQueuedPodIsEvaluatedOnce(t *testing.T) {
 	for range 3 {
 		w.pop.Enqueue("app/web")
 	}
-	w.pop.Drain(context.Background(), 1)
+	w.pop.Drain(context.Background(), 1, nothingMore())
 	if len(w.changed) != 1 {
 		t.Errorf("changed %q, want one report from one evaluation", w.changed)
 	}
@@ -930,11 +932,62 @@ func TestDrainEvaluatesEveryQueuedPodOnItsWorkers(t *testing.T) {
 	for i := range 200 {
 		w.pop.Enqueue(fmt.Sprintf("%s/web-%d", ns, i))
 	}
-	w.pop.Drain(context.Background(), 8)
+	w.pop.Drain(context.Background(), 8, nothingMore())
 	if got := len(w.desired.PodKeys()); got != 200 {
 		t.Errorf("%d pods in the desired state after Drain, want 200", got)
 	}
 	if got := len(w.changed); got != 200 {
 		t.Errorf("%d volumes reported changed, want 200", got)
 	}
+}
+
+// TestDrainEvaluatesPodsQueuedWhileItRuns: at start-up the event handlers still
+// queue pods while Drain evaluates; it returns only once they say they are done
+// and every pod queued is evaluated.
+func TestDrainEvaluatesPodsQueuedWhileItRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var objs []any
+		for i := range 20 {
+			claim := boundClaim(fmt.Sprintf("data-%d", i), fmt.Sprintf("pv-%d", i))
+			objs = append(objs, claim, csiPV(fmt.Sprintf("pv-%d", i), fmt.Sprintf("h-%d", i), claim, v1.ReadWriteOnce),
+				runningPod(fmt.Sprintf("web-%d", i), claimVolume("data", claim.Name)))
+		}
+		w := newWorld(t, objs...)
+		defer w.pop.ShutDown()
+		more := make(chan struct{})
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			w.pop.Drain(context.Background(), 2, more)
+		}()
+		enqueue := func(from, to int) {
+			for i := from; i < to; i++ {
+				w.pop.Enqueue(fmt.Sprintf("%s/web-%d", ns, i))
+			}
+		}
+		enqueue(0, 10)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := len(w.desired.PodKeys()); got != 10 {
+			t.Errorf("%d pods evaluated while the handlers still deliver, want 10", got)
+		}
+		select {
+		case <-drained:
+			t.Fatal("Drain returned before the handlers were done")
+		default:
+		}
+		enqueue(10, 20)
+		close(more)
+		<-drained
+		if got := len(w.desired.PodKeys()); got != 20 {
+			t.Errorf("%d pods in the desired state after Drain, want 20", got)
+		}
+	})
+}
+
+// nothingMore is Drain's more for a queue that gets no more pods.
+func nothingMore() <-chan struct{} {
+	more := make(chan struct{})
+	close(more)
+	return more
 }
