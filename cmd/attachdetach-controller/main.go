@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -22,18 +21,10 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/version"
 )
 
-// defaultGCPercent trades a little CPU during bursts of attaches for a smaller peak
-// memory: the controller's live heap is small, and most of its peak is garbage
-// from decoding watch events. GOGC in the environment overrides it.
-const defaultGCPercent = 50
-
 func main() {
 	args := os.Args[1:]
 	if displayName, pluginArgs, ok := pluginInvocation(os.Args[0], args); ok {
 		os.Exit(pluginMain(displayName, pluginArgs))
-	}
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGCPercent)
 	}
 	opts, err := app.ParseFlags(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {

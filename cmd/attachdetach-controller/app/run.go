@@ -78,6 +78,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
+	gc := newGCTargets()
 	var ready readiness
 	ready.synced.Store(!o.LeaderElect)
 	// running is the controller once its state is rebuilt, for explanations.
@@ -115,7 +116,9 @@ func Run(ctx context.Context, o *Options) error {
 		if err := controller.StartInformers(informersCtx, factory); err != nil {
 			return err
 		}
+		listed := gc.catchUp()
 		go func() {
+			defer listed()
 			if controller.WaitForInformers(informersCtx, factory) {
 				ready.synced.Store(true)
 				logger.Info(controller.InformersSyncedLine)
@@ -124,6 +127,8 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	runController := func(ctx context.Context) error {
+		rebuilt := gc.catchUp()
+		defer rebuilt()
 		ready.leading.Store(true)
 		m.IsLeader.Set(1)
 		defer m.IsLeader.Set(0)
@@ -149,6 +154,7 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		defer running.Store(nil)
 		return c.Run(ctx, func() {
+			rebuilt()
 			ready.rebuilt.Store(true)
 			running.Store(c)
 		})
