@@ -12,8 +12,8 @@ import (
 // small for a little CPU. While it catches up (the informers' first lists, and
 // the rebuild of its state at start-up and at each take-over) it allocates in a
 // burst over a live heap as large as its caches, and each collection marks all
-// of that heap: with the steady target, the rebuild of 50,000 volumes took twice
-// as long. GOMEMLIMIT still bounds the heap under either target.
+// of that heap: with the steady target, the rebuild of 50,000 volumes took about
+// 1.5 times as long. GOMEMLIMIT still bounds the heap under either target.
 const (
 	steadyGCPercent     = 50
 	catchingUpGCPercent = 100
