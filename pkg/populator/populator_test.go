@@ -922,13 +922,7 @@ func TestSyncPodISCSIAndFibreChannel(t *testing.T) {
 // evaluated on several workers, and Drain returns once every one queued is in
 // the desired state.
 func TestDrainEvaluatesEveryQueuedPodOnItsWorkers(t *testing.T) {
-	var objs []any
-	for i := range 200 {
-		claim := boundClaim(fmt.Sprintf("data-%d", i), fmt.Sprintf("pv-%d", i))
-		objs = append(objs, claim, csiPV(fmt.Sprintf("pv-%d", i), fmt.Sprintf("h-%d", i), claim, v1.ReadWriteOnce),
-			runningPod(fmt.Sprintf("web-%d", i), claimVolume("data", claim.Name)))
-	}
-	w := newWorld(t, objs...)
+	w := newWorld(t, podsWithVolumes(200)...)
 	for i := range 200 {
 		w.pop.Enqueue(fmt.Sprintf("%s/web-%d", ns, i))
 	}
@@ -946,13 +940,7 @@ func TestDrainEvaluatesEveryQueuedPodOnItsWorkers(t *testing.T) {
 // and every pod queued is evaluated.
 func TestDrainEvaluatesPodsQueuedWhileItRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var objs []any
-		for i := range 20 {
-			claim := boundClaim(fmt.Sprintf("data-%d", i), fmt.Sprintf("pv-%d", i))
-			objs = append(objs, claim, csiPV(fmt.Sprintf("pv-%d", i), fmt.Sprintf("h-%d", i), claim, v1.ReadWriteOnce),
-				runningPod(fmt.Sprintf("web-%d", i), claimVolume("data", claim.Name)))
-		}
-		w := newWorld(t, objs...)
+		w := newWorld(t, podsWithVolumes(20)...)
 		defer w.pop.ShutDown()
 		more := make(chan struct{})
 		drained := make(chan struct{})
@@ -983,6 +971,18 @@ func TestDrainEvaluatesPodsQueuedWhileItRuns(t *testing.T) {
 			t.Errorf("%d pods in the desired state after Drain, want 20", got)
 		}
 	})
+}
+
+// podsWithVolumes returns n running pods web-0... each with a claim data-i bound
+// to a CSI PersistentVolume of its own.
+func podsWithVolumes(n int) []any {
+	var objs []any
+	for i := range n {
+		claim := boundClaim(fmt.Sprintf("data-%d", i), fmt.Sprintf("pv-%d", i))
+		objs = append(objs, claim, csiPV(fmt.Sprintf("pv-%d", i), fmt.Sprintf("h-%d", i), claim, v1.ReadWriteOnce),
+			runningPod(fmt.Sprintf("web-%d", i), claimVolume("data", claim.Name)))
+	}
+	return objs
 }
 
 // nothingMore is Drain's more for a queue that gets no more pods.
