@@ -12,12 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
@@ -49,7 +51,9 @@ import (
 //
 // The three checks run side by side, and one that passed is not run again: an
 // informer never goes back to an older state, so what a quorum read proved
-// after the controller began to lead stays proven.
+// after the controller began to lead stays proven. Once every pod is known, the
+// claims of pods on nodes that the informers cannot follow to a PersistentVolume
+// are read from etcd (waitForClaimsOfPods).
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	inf := c.informers
@@ -67,7 +71,7 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 			reads: inf.podReads, lead: c.leads.pods, held: inf.pods.Informer().GetIndexer(),
 			presentVersion: listVersion(c.client.CoreV1().Pods("").List)},
 	}
-	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		current := make([]bool, len(pending))
 		var wg sync.WaitGroup
 		for i, check := range pending {
@@ -112,6 +116,105 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 		}
 		return true, nil
 	})
+	if err != nil {
+		return err
+	}
+	return c.waitForClaimsOfPods(ctx)
+}
+
+// waitForClaimsOfPods makes sure that where the informers cannot follow a claim
+// of a pod on a node to the PersistentVolume bound to it, a quorum read cannot
+// either: the claim informer holds the claim, and the PersistentVolume informer
+// the PersistentVolume the claim is bound to, at least as etcd has them. A pod
+// needs its volume through its claim and that PersistentVolume, so an informer
+// that lists a past without them (its list is served from the API server's
+// cache) would start the wait for unmount of a volume the pod still needs. Only
+// those claims are read: usually none, as a pod is scheduled once its claims are
+// bound.
+func (c *Controller) waitForClaimsOfPods(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		behind, err := c.claimsBehind(ctx)
+		switch {
+		case err != nil:
+			logger.Error(err, "Reading the claims of pods that the informers cannot resolve; retrying")
+			return false, nil
+		case behind > 0:
+			logger.Info("Claim or PersistentVolume informer is behind the API server for pods on nodes; waiting", "claimsBehind", behind)
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
+// claimsBehind counts the claims of pods on nodes that the informers cannot
+// follow to a PersistentVolume, and for which the claim informer, or the
+// PersistentVolume informer, lacks what a quorum read returns or holds an older
+// version of it.
+func (c *Controller) claimsBehind(ctx context.Context) (int, error) {
+	pods, err := c.informers.pods.Lister().List(labels.Everything())
+	if err != nil {
+		return 0, fmt.Errorf("listing pods from the informer: %w", err)
+	}
+	read := make(map[types.NamespacedName]bool)
+	behind := 0
+	for _, pod := range pods {
+		if !populator.NeedsVolumes(pod) {
+			continue
+		}
+		for _, key := range c.populator.UnresolvedClaims(pod) {
+			if read[key] {
+				continue
+			}
+			read[key] = true
+			b, err := c.claimBehind(ctx, key)
+			if err != nil {
+				return 0, err
+			}
+			if b {
+				behind++
+			}
+		}
+	}
+	return behind, nil
+}
+
+// claimBehind reads the claim, and the PersistentVolume it is bound to, from etcd
+// and tells whether the informers lack either or hold an older version. They are
+// read by lists, as the controller's role grants list and watch on them but not
+// get.
+func (c *Controller) claimBehind(ctx context.Context, key types.NamespacedName) (bool, error) {
+	claims, err := c.client.CoreV1().PersistentVolumeClaims(key.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", key.Name).String(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("reading claim %s: %w", key, err)
+	}
+	i := slices.IndexFunc(claims.Items, func(pvc v1.PersistentVolumeClaim) bool { return pvc.Name == key.Name })
+	if i < 0 {
+		return false, nil
+	}
+	claim := &claims.Items[i]
+	held, err := c.informers.claims.Lister().PersistentVolumeClaims(key.Namespace).Get(key.Name)
+	if err != nil || held.UID != claim.UID || !atLeastVersion(held.ResourceVersion, claim.ResourceVersion) {
+		return true, nil
+	}
+	if claim.Spec.VolumeName == "" {
+		return false, nil
+	}
+	pvs, err := c.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", claim.Spec.VolumeName).String(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("reading PersistentVolume %s of claim %s: %w", claim.Spec.VolumeName, key, err)
+	}
+	j := slices.IndexFunc(pvs.Items, func(pv v1.PersistentVolume) bool { return pv.Name == claim.Spec.VolumeName })
+	if j < 0 {
+		return false, nil
+	}
+	pv := &pvs.Items[j]
+	heldPV, err := c.informers.pvs.Lister().Get(pv.Name)
+	return err != nil || heldPV.UID != pv.UID || !atLeastVersion(heldPV.ResourceVersion, pv.ResourceVersion), nil
 }
 
 // informerLeads is what each informer's record of quorum reads returned when the

@@ -134,6 +134,99 @@ func TestStartUpWaitsForThePodInformer(t *testing.T) {
 	}
 }
 
+// TestStartUpWaitsForWhatAPodsClaimIsBoundTo: the wait for unmount before a
+// force detach counts from the moment no pod on the node needs the volume, and a
+// pod needs it through its claim and the PersistentVolume the claim is bound to.
+// A new leader's claim or PersistentVolume informer lists (resourceVersion "0",
+// from the API server's cache) a past in which the claim is missing or not bound
+// yet, or the PersistentVolume does not exist yet, and its watch shows the
+// present only later. Had the controller decided from those informers, no pod
+// would have needed the volume, and the wait for unmount would have begun while
+// the pod still ran (seed 94706: vol-2 force-detached from a deleted node 21 s
+// after its last pod went, with a 30 s wait). Where the caches cannot follow a
+// claim of a pod on a node to its PersistentVolume, the controller must first
+// see that a quorum read cannot either.
+func TestStartUpWaitsForWhatAPodsClaimIsBoundTo(t *testing.T) {
+	pv := csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce)
+	pv.ResourceVersion = "7"
+	claim := boundClaim("ns", "claim-1", "pv-1")
+	claim.ResourceVersion = "6"
+	unbound := claim.DeepCopy()
+	unbound.ResourceVersion = "3"
+	unbound.Spec.VolumeName = ""
+	unbound.Status.Phase = v1.ClaimPending
+	tests := []struct {
+		name     string
+		resource string
+		// informed is what the informer's own list holds; present is what the
+		// API server holds, which the informer's watch delivers only later.
+		informed, present []runtime.Object
+	}{
+		{name: "the PersistentVolume informer lacks the PersistentVolume", resource: "persistentvolumes", present: []runtime.Object{pv}},
+		{name: "the claim informer lacks the claim", resource: "persistentvolumeclaims", present: []runtime.Object{claim}},
+		{name: "the claim informer holds the claim before it was bound", resource: "persistentvolumeclaims",
+			informed: []runtime.Object{unbound}, present: []runtime.Object{claim}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vol := volumename.CSI(testDriver, "h-1")
+			client := fake.NewClientset(node("node-a", nil, nil), podUsing("ns", "pod-1", "node-a", "claim-1"), pv, claim)
+			listOf := func(objs []runtime.Object) runtime.Object {
+				if tc.resource == "persistentvolumes" {
+					l := &v1.PersistentVolumeList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}
+					for _, o := range objs {
+						l.Items = append(l.Items, *o.(*v1.PersistentVolume).DeepCopy())
+					}
+					return l
+				}
+				l := &v1.PersistentVolumeClaimList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}
+				for _, o := range objs {
+					l.Items = append(l.Items, *o.(*v1.PersistentVolumeClaim).DeepCopy())
+				}
+				return l
+			}
+			// The informer's list, a standby's before it led, found the past,
+			// and its watch delivers the present only later; every later list
+			// is a quorum read of the present.
+			var lists atomic.Int32
+			client.PrependReactor("list", tc.resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+				if lists.Add(1) == 1 {
+					return true, listOf(tc.informed), nil
+				}
+				return true, listOf(tc.present), nil
+			})
+			watcher := watch.NewRaceFreeFake()
+			client.PrependWatchReactor(tc.resource, clienttesting.DefaultWatchReactor(watcher, nil))
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				for _, o := range tc.present {
+					if len(tc.informed) > 0 {
+						watcher.Modify(o.DeepCopyObject())
+					} else {
+						watcher.Add(o.DeepCopyObject())
+					}
+				}
+			}()
+
+			c := standbyControllerWithoutPass(t, client)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t.Cleanup(c.factory.Shutdown)
+			desired := false
+			err := c.Run(ctx, func() {
+				desired = c.desired.IsDesired(vol, "node-a")
+				cancel()
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !desired {
+				t.Errorf("at the first decision no pod on node-a needs %s; the API server has pod-1 there needing it through claim-1 and pv-1", vol)
+			}
+		})
+	}
+}
+
 // TestStartUpDoesNotWaitForAPodDeletedAfterTheQuorumList: pods come and go all
 // the time, so a pod of the quorum list may be deleted before the informer is
 // looked at, and the informer never holds it. A listed pod the informer lacks is

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/storage/ephemeral"
 	"k8s.io/klog/v2"
 
@@ -139,6 +140,24 @@ func (p *Populator) claimedPV(pod *v1.Pod, podVol *v1.Volume) (*v1.PersistentVol
 			pv.Name, pod.Namespace, name, claim.UID)
 	}
 	return pv, nil
+}
+
+// UnresolvedClaims returns the claims of the pod that the informers cannot
+// follow to a PersistentVolume bound to them: the claim is missing, not bound, or
+// bound to a PersistentVolume that is missing or names another claim.
+func (p *Populator) UnresolvedClaims(pod *v1.Pod) []types.NamespacedName {
+	var out []types.NamespacedName
+	for i := range pod.Spec.Volumes {
+		podVol := &pod.Spec.Volumes[i]
+		name := claimName(pod, podVol)
+		if name == "" {
+			continue
+		}
+		if _, err := p.claimedPV(pod, podVol); err != nil {
+			out = append(out, types.NamespacedName{Namespace: pod.Namespace, Name: name})
+		}
+	}
+	return out
 }
 
 // inTree returns an in-tree iSCSI or Fibre Channel volume. kube-controller-manager

@@ -114,6 +114,15 @@ var regressionSeeds = []struct {
 	// more; TestAPodEndedBeforeItsEvaluationCountsUntilItEnded (pkg/controller)
 	// fails every run on that code.
 	{"a pod that ended before the populator evaluated it", 922},
+	// A restarted controller's PersistentVolume informer listed a past without
+	// pv-2 and its watch showed it 10.4 s later: pod-19 on node-1, whose claim
+	// is bound to pv-2, needed nothing, and vol-2 was force-detached from
+	// deleted node-1 21.2 s after the pod went, with a 30 s wait. Found by the
+	// soak of seeds 92,001-100,000; failed 50 of 50 runs before the start-up
+	// check of unresolved claims, 0 of 50 after;
+	// TestStartUpWaitsForWhatAPodsClaimIsBoundTo (pkg/controller) fails on
+	// that code.
+	{"a pod whose PersistentVolume the informer did not hold yet at start-up", 94706},
 }
 
 func TestRegressionSeeds(t *testing.T) {
