@@ -350,11 +350,12 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	// Everything is queued for a first look; the volumes that may need an
 	// attach or a detach go first (Release).
 	c.reconciler.Hold()
-	if err := c.rebuild(ctx); err != nil {
+	evaluated, err := c.rebuild(ctx)
+	if err != nil {
 		return err
 	}
 	total, attached := c.actual.Counts()
-	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started),
+	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started), "podEvaluations", evaluated,
 		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	proven := uint64(0)

@@ -235,7 +235,7 @@ func TestUnresolvedVolumeAttachmentResolvedWhenThePVAppears(t *testing.T) {
 
 	pv := csiPV("pv-1", "h-1", "ns", "data")
 	addToInformers(t, c, pv)
-	c.onPV(ctx, pv)
+	c.onPV(ctx, pv, true)
 	if got := c.actual.UnresolvedForPV("pv-1"); len(got) != 0 {
 		t.Errorf("UnresolvedForPV(pv-1) = %q once the PV exists, want none", got)
 	}
@@ -257,7 +257,7 @@ func TestPVAppearingAfterItsClaimIsBound(t *testing.T) {
 	}
 	pv := csiPV("pv-1", "h-1", "ns", "data")
 	addToInformers(t, c, pv)
-	c.onPV(ctx, pv)
+	c.onPV(ctx, pv, true)
 	c.populator.Drain(ctx, c.opts.Workers, nothingMore())
 	if !c.desired.IsDesired(vol, "node-a") {
 		t.Error("volume not desired at once when its PV appears")
@@ -326,7 +326,7 @@ func TestRebuild(t *testing.T) {
 		volumeAttachment("detaching", "node-a", pvSource("pv-detaching"), true),
 		volumeAttachment("wanted", "node-a", pvSource("pv-wanted"), true),
 	)
-	if err := c.rebuild(ctx); err != nil {
+	if _, err := c.rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -367,7 +367,7 @@ func TestRebuildTrustsVolumeAttachmentsOverNodeStatus(t *testing.T) {
 		podUsing("ns", "db", "node-b", "data"),
 		volumeAttachment("h-1", "node-a", pvSource("pv-1"), false),
 	)
-	if err := c.rebuild(ctx); err != nil {
+	if _, err := c.rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c.reconciler.Sync(ctx, vol)
@@ -404,7 +404,7 @@ func TestRebuildReportOnlyVolumesFromNodeStatus(t *testing.T) {
 		boundClaim("ns", "data", "pv-iscsi"),
 		podUsing("ns", "db", "node-b", "data"),
 	)
-	if err := c.rebuild(ctx); err != nil {
+	if _, err := c.rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.actual.ReportedVolumes("node-a"); !slices.Equal(got, []volumename.UniqueName{fc, iscsi}) {

@@ -17,7 +17,8 @@ func (c *Controller) Snapshot(ctx context.Context) error {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
 	}
-	return c.rebuild(ctx)
+	_, err := c.rebuild(ctx)
+	return err
 }
 
 // Explainer explains the controller's state with its own rules (see package

@@ -179,26 +179,37 @@ func CheckCanList(ctx context.Context, client kubernetes.Interface) error {
 func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChecker, error) {
 	type handler struct {
 		informer toolscache.SharedIndexInformer
-		funcs    toolscache.ResourceEventHandlerFuncs
+		funcs    toolscache.ResourceEventHandler
 	}
+	// A claim, PersistentVolume or CSIDriver the informer held when its handler
+	// was registered (initial) re-evaluates no pod: every pod held then is
+	// delivered too, and evaluated from caches that already hold it.
 	handlers := []handler{
 		{c.informers.pods.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueuePod,
 			UpdateFunc: func(oldObj, obj any) { c.onPodUpdate(ctx, oldObj, obj) },
 			DeleteFunc: func(obj any) { c.onPodDelete(ctx, obj) },
 		}},
-		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onClaim,
+		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				if !initial {
+					c.onClaim(obj)
+				}
+			},
 			UpdateFunc: func(_, obj any) { c.onClaim(obj) },
 			DeleteFunc: c.onClaim,
 		}},
-		{c.informers.pvs.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.onPV(ctx, obj) },
-			UpdateFunc: func(_, obj any) { c.onPV(ctx, obj) },
-			DeleteFunc: func(obj any) { c.onPV(ctx, obj) },
+		{c.informers.pvs.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+			AddFunc:    func(obj any, initial bool) { c.onPV(ctx, obj, !initial) },
+			UpdateFunc: func(_, obj any) { c.onPV(ctx, obj, true) },
+			DeleteFunc: func(obj any) { c.onPV(ctx, obj, true) },
 		}},
-		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onCSIDriver,
+		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				if !initial {
+					c.onCSIDriver(obj)
+				}
+			},
 			UpdateFunc: func(_, obj any) { c.onCSIDriver(obj) },
 			DeleteFunc: c.onCSIDriver,
 		}},
@@ -286,7 +297,9 @@ func (c *Controller) onClaim(obj any) {
 	c.enqueuePods(c.populator.PodsForClaim(namespace, name))
 }
 
-func (c *Controller) onPV(ctx context.Context, obj any) {
+// onPV identifies the VolumeAttachments that name the PersistentVolume and, if
+// reevaluate, queues the pods that reach it.
+func (c *Controller) onPV(ctx context.Context, obj any, reevaluate bool) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -294,7 +307,9 @@ func (c *Controller) onPV(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
-	c.enqueuePods(c.populator.PodsForPV(pv))
+	if reevaluate {
+		c.enqueuePods(c.populator.PodsForPV(pv))
+	}
 	c.attachments.IdentifyForPV(ctx, pv.Name)
 }
 

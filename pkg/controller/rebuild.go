@@ -18,10 +18,12 @@ import (
 // that no pod there needs was being detached when the previous controller stopped:
 // it stays out of node status. The in-tree iSCSI and Fibre Channel volumes a
 // managed node's status lists are attached there: node status is their only record.
-func (c *Controller) rebuild(ctx context.Context) error {
+// It tells how many pod evaluations it made: one per pod, unless a pod changed
+// meanwhile.
+func (c *Controller) rebuild(ctx context.Context) (int, error) {
 	regs, err := c.registerHandlers(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// The pods are evaluated while the handlers still deliver: an evaluation
 	// reads only the synced informers, and the handlers' work for the other
@@ -32,14 +34,14 @@ func (c *Controller) rebuild(ctx context.Context) error {
 		defer close(delivered)
 		synced = toolscache.WaitFor(ctx, "", regs...)
 	}()
-	c.populator.Drain(ctx, c.opts.Workers, delivered)
+	evaluated := c.populator.Drain(ctx, c.opts.Workers, delivered)
 	<-delivered
 	if !synced {
-		return fmt.Errorf("event handlers did not sync: %w", ctx.Err())
+		return evaluated, fmt.Errorf("event handlers did not sync: %w", ctx.Err())
 	}
 	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing nodes from the informer: %w", err)
+		return evaluated, fmt.Errorf("listing nodes from the informer: %w", err)
 	}
 	for _, n := range nodes {
 		listed := make(map[volumename.UniqueName]bool, len(n.Status.VolumesAttached))
@@ -57,7 +59,7 @@ func (c *Controller) rebuild(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return evaluated, nil
 }
 
 // multiAttachOf tells whether a volume known only by name may be attached to

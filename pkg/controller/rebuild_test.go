@@ -3,9 +3,13 @@ package controller
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
@@ -30,8 +34,37 @@ func TestRebuildFailsWhenItsEventHandlersCannotBeRegistered(t *testing.T) {
 	factory.WaitForCacheSync(ctx.Done())
 	cancel()
 	factory.Shutdown()
-	if err := c.rebuild(context.Background()); err == nil {
+	if _, err := c.rebuild(context.Background()); err == nil {
 		t.Error("rebuild with stopped informers succeeded, want an error")
+	}
+}
+
+// TestRebuildEvaluatesEachPodOnce: every pod the informer holds is delivered to
+// its handler and evaluated from caches that hold every claim, PersistentVolume
+// and CSIDriver already. Delivering those too must not evaluate their pods again:
+// at 50,000 pods the rebuild made 69,592 evaluations.
+func TestRebuildEvaluatesEachPodOnce(t *testing.T) {
+	const pods = 300
+	objs := []runtime.Object{&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}}
+	var want []volumename.UniqueName
+	for i := range pods {
+		n := strconv.Itoa(i)
+		objs = append(objs, podUsing("ns", "pod-"+n, "node-a", "claim-"+n), boundClaim("ns", "claim-"+n, "pv-"+n),
+			csiPV("pv-"+n, "h-"+n, "ns", "claim-"+n, v1.ReadWriteOnce))
+		want = append(want, volumename.CSI(testDriver, "h-"+n))
+	}
+	c := startedController(t, objs...)
+	evaluated, err := c.rebuild(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evaluated != pods {
+		t.Errorf("the rebuild made %d pod evaluations, want one per pod: %d", evaluated, pods)
+	}
+	for _, v := range want {
+		if !c.desired.IsDesired(v, "node-a") {
+			t.Errorf("%s is not desired on node-a after the rebuild", v)
+		}
 	}
 }
 

@@ -31,7 +31,7 @@ func TestPeriodicPassHealsMissedDeletions(t *testing.T) {
 	va := volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)
 	gone := node("node-a", nil, nil)
 	c := startedController(t, gone, csiPV("pv-1", "h-1", "ns", "data"), va)
-	if err := c.rebuild(ctx); err != nil {
+	if _, err := c.rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.actual.Holders(vol, "pv-1", "node-b"); !slices.Equal(got, []string{"node-a"}) {
@@ -65,7 +65,7 @@ func TestPeriodicPassRecordsMissedAdditions(t *testing.T) {
 	ctx := context.Background()
 	vol := volumename.CSI(testDriver, "h-1")
 	c := startedController(t, csiPV("pv-1", "h-1", "ns", "data"))
-	if err := c.rebuild(ctx); err != nil {
+	if _, err := c.rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.informers.attachments.Informer().GetIndexer().Add(volumeAttachment("h-1", "node-a", pvSource("pv-1"), true)); err != nil {
@@ -173,7 +173,7 @@ func TestPeriodicPassAgainstEventsHandledMeanwhile(t *testing.T) {
 			if !tc.nodes {
 				c.attachments = c.newAttachments(hookedAttachmentLister{c.informers.attachments.Lister(), afterList})
 			}
-			if err := c.rebuild(ctx); err != nil {
+			if _, err := c.rebuild(ctx); err != nil {
 				t.Fatal(err)
 			}
 			inPass.Store(true)

@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -124,13 +125,16 @@ func (p *Populator) Run(ctx context.Context, workers int) {
 // Drain evaluates the queued pods on the given number of workers until more is
 // closed and nothing is left queued: at start-up, while the event handlers still
 // queue the pods they deliver, and before Run. As in Run, the queue keeps
-// evaluations of one pod apart. It returns early if ctx ends.
-func (p *Populator) Drain(ctx context.Context, workers int, more <-chan struct{}) {
+// evaluations of one pod apart. It returns early if ctx ends, and tells how many
+// evaluations it made.
+func (p *Populator) Drain(ctx context.Context, workers int, more <-chan struct{}) int {
 	keys := make(chan string)
 	var wg sync.WaitGroup
+	var evaluated atomic.Int64
 	for range max(workers, 1) {
 		wg.Go(func() {
 			for key := range keys {
+				evaluated.Add(1)
 				if err := p.SyncPod(ctx, key); err != nil {
 					klog.FromContext(ctx).Error(err, "Evaluating a pod at start-up failed, will retry", "pod", key)
 					p.queue.AddRateLimited(key)
@@ -139,8 +143,15 @@ func (p *Populator) Drain(ctx context.Context, workers int, more <-chan struct{}
 			}
 		})
 	}
-	defer wg.Wait()
-	defer close(keys)
+	p.sendQueued(ctx, keys, more)
+	close(keys)
+	wg.Wait()
+	return int(evaluated.Load())
+}
+
+// sendQueued hands the queued pods to keys until more is closed and nothing is
+// left queued, or ctx ends.
+func (p *Populator) sendQueued(ctx context.Context, keys chan<- string, more <-chan struct{}) {
 	poll := time.NewTicker(drainPollPeriod)
 	defer poll.Stop()
 	for {
