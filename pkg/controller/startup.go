@@ -180,13 +180,9 @@ func (c *Controller) claimsBehind(ctx context.Context) (int, error) {
 }
 
 // claimBehind reads the claim, and the PersistentVolume it is bound to, from etcd
-// and tells whether the informers lack either or hold an older version. They are
-// read by lists, as the controller's role grants list and watch on them but not
-// get.
+// and tells whether the informers lack either or hold an older version.
 func (c *Controller) claimBehind(ctx context.Context, key types.NamespacedName) (bool, error) {
-	claims, err := c.client.CoreV1().PersistentVolumeClaims(key.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", key.Name).String(),
-	})
+	claims, err := c.client.CoreV1().PersistentVolumeClaims(key.Namespace).List(ctx, byName(key.Name))
 	if err != nil {
 		return false, fmt.Errorf("reading claim %s: %w", key, err)
 	}
@@ -202,9 +198,7 @@ func (c *Controller) claimBehind(ctx context.Context, key types.NamespacedName) 
 	if claim.Spec.VolumeName == "" {
 		return false, nil
 	}
-	pvs, err := c.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", claim.Spec.VolumeName).String(),
-	})
+	pvs, err := c.client.CoreV1().PersistentVolumes().List(ctx, byName(claim.Spec.VolumeName))
 	if err != nil {
 		return false, fmt.Errorf("reading PersistentVolume %s of claim %s: %w", claim.Spec.VolumeName, key, err)
 	}
@@ -483,17 +477,21 @@ func (c *Controller) podsBehind(ctx context.Context) (int, error) {
 	return behind, nil
 }
 
-// podExists tells whether the API server holds the pod now. It lists the pod by
-// name instead of getting it: the controller's role lets it list and watch pods,
-// as kube-controller-manager's does, and nothing more.
+// podExists tells whether the API server holds the pod now.
 func (c *Controller) podExists(ctx context.Context, key types.NamespacedName) (bool, error) {
-	list, err := c.client.CoreV1().Pods(key.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", key.Name).String(),
-	})
+	list, err := c.client.CoreV1().Pods(key.Namespace).List(ctx, byName(key.Name))
 	if err != nil {
 		return false, err
 	}
 	return slices.ContainsFunc(list.Items, func(p v1.Pod) bool { return p.Name == key.Name }), nil
+}
+
+// byName lists the one object of that name, as a quorum read. A pod, claim or
+// PersistentVolume is listed by name instead of read with a get: the
+// controller's role lets it list and watch them, as kube-controller-manager's
+// does, and nothing more.
+func byName(name string) metav1.ListOptions {
+	return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
 }
 
 // quorumList lists every object of a resource, in pages that all belong to the

@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,66 +88,24 @@ func TestStartUpWaitsForTheNodeInformer(t *testing.T) {
 	}
 }
 
-// TestStartUpWaitsForThePodInformer: the wait for unmount before a force detach
-// counts from the moment no pod on the node needs the volume. A new leader's pod
-// informer lists (resourceVersion "0", from its cache) a past in which the pod
-// on node-a does not exist yet, and its watch shows the pod only later. Had the
-// controller decided from that informer, it would have started the wait for
-// unmount of a volume the pod still needs, and force-detached it from a node
-// that went NotReady that much too early (seed 22519: an FC volume listed on a
-// second node while the first, deleted, still had it mounted). It must first
-// wait for the informer to hold every pod at least as a quorum read shows it.
-func TestStartUpWaitsForThePodInformer(t *testing.T) {
-	vol := volumename.CSI(testDriver, "h-1")
-	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
-	pod.ResourceVersion = "7"
-	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce), boundClaim("ns", "claim-1", "pv-1"), pod)
-	// The informer's list, a standby's before it led, found a past without the
-	// pod, and its watch delivers it only later; a quorum list reads it.
-	var lists atomic.Int32
-	client.PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if lists.Add(1) == 1 {
-			return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
-		}
-		return true, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*pod.DeepCopy()}}, nil
-	})
-	watcher := watch.NewRaceFreeFake()
-	client.PrependWatchReactor("pods", clienttesting.DefaultWatchReactor(watcher, nil))
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		watcher.Add(pod.DeepCopy())
-	}()
-
-	c := standbyControllerWithoutPass(t, client)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	t.Cleanup(c.factory.Shutdown)
-	desired := false
-	err := c.Run(ctx, func() {
-		desired = c.desired.IsDesired(vol, "node-a")
-		cancel()
-	})
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if !desired {
-		t.Errorf("at the first decision no pod on node-a needs %s; the API server has pod-1 there needing it", vol)
-	}
-}
-
-// TestStartUpWaitsForWhatAPodsClaimIsBoundTo: the wait for unmount before a
+// TestStartUpWaitsForWhatAPodNeedsItsVolumeThrough: the wait for unmount before a
 // force detach counts from the moment no pod on the node needs the volume, and a
 // pod needs it through its claim and the PersistentVolume the claim is bound to.
-// A new leader's claim or PersistentVolume informer lists (resourceVersion "0",
-// from the API server's cache) a past in which the claim is missing or not bound
-// yet, or the PersistentVolume does not exist yet, and its watch shows the
-// present only later. Had the controller decided from those informers, no pod
-// would have needed the volume, and the wait for unmount would have begun while
-// the pod still ran (seed 94706: vol-2 force-detached from a deleted node 21 s
-// after its last pod went, with a 30 s wait). Where the caches cannot follow a
-// claim of a pod on a node to its PersistentVolume, the controller must first
-// see that a quorum read cannot either.
-func TestStartUpWaitsForWhatAPodsClaimIsBoundTo(t *testing.T) {
+// A new leader's informer lists a past (resourceVersion "0", from the API
+// server's cache, or a standby's list from before it led) in which the pod, or
+// its claim, does not exist yet, or the claim is not bound yet, or the
+// PersistentVolume does not exist yet; its watch shows the present only later.
+// Had the controller decided from those informers, no pod would have needed the
+// volume, and the wait for unmount would have begun while the pod still ran:
+// seed 22519 (the pod: an FC volume listed on a second node while the first,
+// deleted, still had it mounted) and seed 94706 (the PersistentVolume: vol-2
+// force-detached from a deleted node 21 s after its last pod went, with a 30 s
+// wait). It must first wait for the pod informer to hold every pod at least as a
+// quorum read shows it, and, where the caches cannot follow a claim of a pod on
+// a node to its PersistentVolume, see that a quorum read cannot either.
+func TestStartUpWaitsForWhatAPodNeedsItsVolumeThrough(t *testing.T) {
+	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
+	pod.ResourceVersion = "7"
 	pv := csiPV("pv-1", "h-1", "ns", "claim-1", v1.ReadWriteOnce)
 	pv.ResourceVersion = "7"
 	claim := boundClaim("ns", "claim-1", "pv-1")
@@ -158,53 +117,52 @@ func TestStartUpWaitsForWhatAPodsClaimIsBoundTo(t *testing.T) {
 	tests := []struct {
 		name     string
 		resource string
+		empty    runtime.Object
 		// informed is what the informer's own list holds; present is what the
 		// API server holds, which the informer's watch delivers only later.
-		informed, present []runtime.Object
+		informed, present runtime.Object
 	}{
-		{name: "the PersistentVolume informer lacks the PersistentVolume", resource: "persistentvolumes", present: []runtime.Object{pv}},
-		{name: "the claim informer lacks the claim", resource: "persistentvolumeclaims", present: []runtime.Object{claim}},
-		{name: "the claim informer holds the claim before it was bound", resource: "persistentvolumeclaims",
-			informed: []runtime.Object{unbound}, present: []runtime.Object{claim}},
+		{name: "the pod informer lacks the pod", resource: "pods", empty: &v1.PodList{}, present: pod},
+		{name: "the PersistentVolume informer lacks the PersistentVolume", resource: "persistentvolumes", empty: &v1.PersistentVolumeList{}, present: pv},
+		{name: "the claim informer lacks the claim", resource: "persistentvolumeclaims", empty: &v1.PersistentVolumeClaimList{}, present: claim},
+		{name: "the claim informer holds the claim before it was bound", resource: "persistentvolumeclaims", empty: &v1.PersistentVolumeClaimList{},
+			informed: unbound, present: claim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			vol := volumename.CSI(testDriver, "h-1")
-			client := fake.NewClientset(node("node-a", nil, nil), podUsing("ns", "pod-1", "node-a", "claim-1"), pv, claim)
-			listOf := func(objs []runtime.Object) runtime.Object {
-				if tc.resource == "persistentvolumes" {
-					l := &v1.PersistentVolumeList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}
-					for _, o := range objs {
-						l.Items = append(l.Items, *o.(*v1.PersistentVolume).DeepCopy())
-					}
-					return l
+			client := fake.NewClientset(node("node-a", nil, nil), pod, pv, claim)
+			listOf := func(rv string, obj runtime.Object) runtime.Object {
+				list := tc.empty.DeepCopyObject()
+				var items []runtime.Object
+				if obj != nil {
+					items = append(items, obj.DeepCopyObject())
 				}
-				l := &v1.PersistentVolumeClaimList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}
-				for _, o := range objs {
-					l.Items = append(l.Items, *o.(*v1.PersistentVolumeClaim).DeepCopy())
+				if err := meta.SetList(list, items); err != nil {
+					t.Fatal(err)
 				}
-				return l
+				lm, _ := meta.ListAccessor(list)
+				lm.SetResourceVersion(rv)
+				return list
 			}
-			// The informer's list, a standby's before it led, found the past,
-			// and its watch delivers the present only later; every later list
-			// is a quorum read of the present.
+			// The informer's list found the past, and its watch delivers the
+			// present only later; every later list is a quorum read of the
+			// present.
 			var lists atomic.Int32
 			client.PrependReactor("list", tc.resource, func(clienttesting.Action) (bool, runtime.Object, error) {
 				if lists.Add(1) == 1 {
-					return true, listOf(tc.informed), nil
+					return true, listOf("5", tc.informed), nil
 				}
-				return true, listOf(tc.present), nil
+				return true, listOf("7", tc.present), nil
 			})
 			watcher := watch.NewRaceFreeFake()
 			client.PrependWatchReactor(tc.resource, clienttesting.DefaultWatchReactor(watcher, nil))
 			go func() {
 				time.Sleep(500 * time.Millisecond)
-				for _, o := range tc.present {
-					if len(tc.informed) > 0 {
-						watcher.Modify(o.DeepCopyObject())
-					} else {
-						watcher.Add(o.DeepCopyObject())
-					}
+				if tc.informed != nil {
+					watcher.Modify(tc.present.DeepCopyObject())
+				} else {
+					watcher.Add(tc.present.DeepCopyObject())
 				}
 			}()
 

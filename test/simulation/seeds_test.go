@@ -120,7 +120,7 @@ var regressionSeeds = []struct {
 	// deleted node-1 21.2 s after the pod went, with a 30 s wait. Found by the
 	// soak of seeds 92,001-100,000; failed 50 of 50 runs before the start-up
 	// check of unresolved claims, 0 of 50 after;
-	// TestStartUpWaitsForWhatAPodsClaimIsBoundTo (pkg/controller) fails on
+	// TestStartUpWaitsForWhatAPodNeedsItsVolumeThrough (pkg/controller) fails on
 	// that code.
 	{"a pod whose PersistentVolume the informer did not hold yet at start-up", 94706},
 }
