@@ -140,7 +140,7 @@ func (c *Controller) waitForClaimsOfPods(ctx context.Context) error {
 			logger.Error(err, "Reading the claims of pods that the informers cannot resolve; retrying")
 			return false, nil
 		case behind > 0:
-			logger.Info("Claim or PersistentVolume informer is behind the API server for pods on nodes; waiting", "claimsBehind", behind)
+			logger.Info("Claim or PersistentVolume informer is behind the API server; waiting", "claimsBehind", behind)
 			return false, nil
 		}
 		return true, nil
