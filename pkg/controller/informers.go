@@ -191,11 +191,7 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 			DeleteFunc: func(obj any) { c.onPodDelete(ctx, obj) },
 		}},
 		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
-			AddFunc: func(obj any, initial bool) {
-				if !initial {
-					c.onClaim(obj)
-				}
-			},
+			AddFunc:    unlessInitial(c.onClaim),
 			UpdateFunc: func(_, obj any) { c.onClaim(obj) },
 			DeleteFunc: c.onClaim,
 		}},
@@ -205,11 +201,7 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 			DeleteFunc: func(obj any) { c.onPV(ctx, obj, true) },
 		}},
 		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
-			AddFunc: func(obj any, initial bool) {
-				if !initial {
-					c.onCSIDriver(obj)
-				}
-			},
+			AddFunc:    unlessInitial(c.onCSIDriver),
 			UpdateFunc: func(_, obj any) { c.onCSIDriver(obj) },
 			DeleteFunc: c.onCSIDriver,
 		}},
@@ -243,6 +235,16 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 		synced = append(synced, reg.HasSyncedChecker())
 	}
 	return synced, nil
+}
+
+// unlessInitial is an add handler that calls f except for the objects the
+// informer held when the handler was registered.
+func unlessInitial(f func(obj any)) func(obj any, initial bool) {
+	return func(obj any, initial bool) {
+		if !initial {
+			f(obj)
+		}
+	}
 }
 
 func objectKey(obj any) string {

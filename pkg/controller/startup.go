@@ -191,8 +191,7 @@ func (c *Controller) claimBehind(ctx context.Context, key types.NamespacedName) 
 		return false, nil
 	}
 	claim := &claims.Items[i]
-	held, err := c.informers.claims.Lister().PersistentVolumeClaims(key.Namespace).Get(key.Name)
-	if err != nil || held.UID != claim.UID || !atLeastVersion(held.ResourceVersion, claim.ResourceVersion) {
+	if held, err := c.informers.claims.Lister().PersistentVolumeClaims(key.Namespace).Get(key.Name); !holds(held, err, claim) {
 		return true, nil
 	}
 	if claim.Spec.VolumeName == "" {
@@ -207,8 +206,8 @@ func (c *Controller) claimBehind(ctx context.Context, key types.NamespacedName) 
 		return false, nil
 	}
 	pv := &pvs.Items[j]
-	heldPV, err := c.informers.pvs.Lister().Get(pv.Name)
-	return err != nil || heldPV.UID != pv.UID || !atLeastVersion(heldPV.ResourceVersion, pv.ResourceVersion), nil
+	held, err := c.informers.pvs.Lister().Get(pv.Name)
+	return !holds(held, err, pv), nil
 }
 
 // informerLeads is what each informer's record of quorum reads returned when the
@@ -389,8 +388,7 @@ func (check *informerCheck) ownReadHeld() (read watchrecord.Read, ok bool) {
 func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	behind := 0
 	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
-		held, err := c.informers.attachments.Lister().Get(listed.Name)
-		if err != nil || held.UID != listed.UID || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
+		if held, err := c.informers.attachments.Lister().Get(listed.Name); !holds(held, err, listed) {
 			behind++
 		}
 	})
@@ -511,6 +509,12 @@ func quorumList[T any](ctx context.Context, list func(context.Context, metav1.Li
 		}
 		opts.Continue = next
 	}
+}
+
+// holds tells whether an informer's cache, which returned held and err for the
+// name of listed, holds that very object (its UID) at its version or a later one.
+func holds(held metav1.Object, err error, listed metav1.Object) bool {
+	return err == nil && held.GetUID() == listed.GetUID() && atLeastVersion(held.GetResourceVersion(), listed.GetResourceVersion())
 }
 
 // atLeastVersion tells whether an object at resourceVersion have is the one at
