@@ -22,6 +22,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -150,6 +152,7 @@ type Executor interface {
 type Controller struct {
 	opts       Options
 	client     kubernetes.Interface
+	metadata   metadata.Interface
 	factory    informers.SharedInformerFactory
 	informers  informerSet
 	desired    *cache.DesiredState
@@ -184,8 +187,15 @@ type Controller struct {
 
 // Clients are the API clients the controller writes with.
 type Clients struct {
-	// API creates and deletes VolumeAttachments and lists for the start-up check.
+	// API creates and deletes VolumeAttachments, and reads the claims and
+	// PersistentVolumes the start-up check needs.
 	API kubernetes.Interface
+	// Metadata lists pods, nodes and VolumeAttachments by their metadata only,
+	// for the start-up check and the proof that every VolumeAttachment is known
+	// (see startup.go): they compare names, UIDs and resource versions, and a
+	// metadata list costs the API server and the controller a fraction of a full
+	// one. It shares API's rate limit. Run needs it; Snapshot does not.
+	Metadata metadata.Interface
 	// NodeStatus writes node.status.volumesAttached; give it priority over API
 	// (see package ratelimit) so that kubelet never waits behind a backlog.
 	NodeStatus kubernetes.Interface
@@ -208,6 +218,7 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 	c := &Controller{
 		opts:      opts,
 		client:    client,
+		metadata:  clients.Metadata,
 		factory:   factory,
 		informers: inf,
 		desired:   cache.NewDesiredState(),
@@ -331,6 +342,9 @@ func unmountPolicies(opts Options) (map[string]time.Duration, map[string]bool) {
 // operations that were running have ended, or ShutdownGrace after ctx ended.
 func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	logger := klog.FromContext(ctx)
+	if c.metadata == nil {
+		return errors.New("the controller runs with a metadata client (Clients.Metadata) for its start-up check")
+	}
 	defer c.populator.ShutDown()
 	defer c.reconciler.ShutDown()
 	defer c.status.ShutDown()

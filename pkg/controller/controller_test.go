@@ -20,6 +20,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/reconciler"
@@ -41,7 +42,7 @@ func newWatchedTestController(t *testing.T, serverObjs ...runtime.Object) (*Cont
 	client := fake.NewClientset(serverObjs...)
 	refuseReadsTheRoleDoesNotGrant(t, client)
 	watching := recordWatches(client)
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
@@ -30,7 +31,7 @@ func newControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Contro
 	}
 	opts := DefaultOptions()
 	opts.DisableSync = true
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1000), metrics.New(), opts)
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1000), metrics.New(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+			c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +239,7 @@ func TestForgetIfUnusedForgetsOnlyADeletedNodeWithNothingOnIt(t *testing.T) {
 // loop that forgets deleted nodes ends instead of spinning.
 func TestForgettingDeletedNodesStopsWithItsQueue(t *testing.T) {
 	client := fake.NewClientset()
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
@@ -25,7 +26,7 @@ import (
 func TestRebuildFailsWhenItsEventHandlersCannotBeRegistered(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestPeriodicPassSettlesWhatOnlyTheAPIServerKnows(t *testing.T) {
 	shown := volumeAttachment("h-3", "node-a", pvSource("pv-3"), true)
 	client := fake.NewClientset(deleted, shown)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestPeriodicPassRecordsWhatTheInformerHolds(t *testing.T) {
 	replaced.UID = "uid-new"
 	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "one"), csiPV("pv-2", "h-2", "ns", "two"), missed, replaced)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestPeriodicPassRecordsWhatTheInformerHolds(t *testing.T) {
 
 func TestMultiAttachOfAVolumeKnownOnlyByNameIsWhatAPodSays(t *testing.T) {
 	client := fake.NewClientset()
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(10), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -69,7 +70,7 @@ func TestReportOnlyDetachKeepsTheVolumeListedWhileTheNodeUsesIt(t *testing.T) {
 		applied = append(applied, body.Status.VolumesAttached)
 		return false, nil, nil
 	})
-	c, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/shadow"
 )
@@ -30,7 +31,7 @@ func TestShadowComparisonsStartAtZero(t *testing.T) {
 			m := metrics.New()
 			opts := DefaultOptions()
 			opts.Shadow = tc.shadow
-			if _, err := New(Clients{API: client, NodeStatus: client}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1), m, opts); err != nil {
+			if _, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1), m, opts); err != nil {
 				t.Fatal(err)
 			}
 			if got := testutil.CollectAndCount(m.ShadowComparisons); got != tc.want {

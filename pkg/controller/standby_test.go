@@ -6,6 +6,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 )
 
@@ -24,7 +25,7 @@ func TestControllerOnInformersAlreadyRunning(t *testing.T) {
 			t.Fatalf("informer for %v did not sync", typ)
 		}
 	}
-	if _, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions()); err != nil {
+	if _, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, factory, record.NewFakeRecorder(10), metrics.New(), DefaultOptions()); err != nil {
 		t.Fatalf("New on running informers: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -387,7 +388,7 @@ func (check *informerCheck) ownReadHeld() (read watchrecord.Read, ok bool) {
 // deletion.
 func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	behind := 0
-	err := quorumList(ctx, c.attachmentPage, func(listed *storagev1.VolumeAttachment) {
+	err := quorumList(ctx, c.metadataPage(attachmentsResource, ""), func(listed *metav1.PartialObjectMetadata) {
 		if held, err := c.informers.attachments.Lister().Get(listed.Name); !holds(held, err, listed) {
 			behind++
 		}
@@ -395,20 +396,30 @@ func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	return behind, err
 }
 
-// attachmentPage lists one page of VolumeAttachments.
-func (c *Controller) attachmentPage(ctx context.Context, opts metav1.ListOptions) ([]storagev1.VolumeAttachment, string, error) {
-	list, err := c.client.StorageV1().VolumeAttachments().List(ctx, opts)
-	if err != nil {
-		return nil, "", err
+// The resources whose objects the start-up check lists by metadata.
+var (
+	attachmentsResource = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
+	nodesResource       = v1.SchemeGroupVersion.WithResource("nodes")
+	podsResource        = v1.SchemeGroupVersion.WithResource("pods")
+)
+
+// metadataPage lists one page of a resource's objects in namespace ("" for
+// all), by their metadata only.
+func (c *Controller) metadataPage(resource schema.GroupVersionResource, namespace string) func(context.Context, metav1.ListOptions) ([]metav1.PartialObjectMetadata, string, error) {
+	return func(ctx context.Context, opts metav1.ListOptions) ([]metav1.PartialObjectMetadata, string, error) {
+		list, err := c.metadata.Resource(resource).Namespace(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		return list.Items, list.Continue, nil
 	}
-	return list.Items, list.Continue, nil
 }
 
 // listAttachments returns the name and UID of every VolumeAttachment, read from
 // etcd.
 func (c *Controller) listAttachments(ctx context.Context) (map[string]types.UID, error) {
 	out := make(map[string]types.UID)
-	err := quorumList(ctx, c.attachmentPage, func(va *storagev1.VolumeAttachment) {
+	err := quorumList(ctx, c.metadataPage(attachmentsResource, ""), func(va *metav1.PartialObjectMetadata) {
 		out[va.Name] = va.UID
 	})
 	if err != nil {
@@ -423,13 +434,7 @@ func (c *Controller) listAttachments(ctx context.Context) (map[string]types.UID,
 // deletion.
 func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 	behind := 0
-	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Node, string, error) {
-		list, err := c.client.CoreV1().Nodes().List(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		return list.Items, list.Continue, nil
-	}, func(listed *v1.Node) {
+	err := quorumList(ctx, c.metadataPage(nodesResource, ""), func(listed *metav1.PartialObjectMetadata) {
 		held, err := c.informers.nodes.Lister().Get(listed.Name)
 		if err != nil || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
 			behind++
@@ -445,13 +450,7 @@ func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 func (c *Controller) podsBehind(ctx context.Context) (int, error) {
 	behind := 0
 	var absent []types.NamespacedName
-	err := quorumList(ctx, func(ctx context.Context, opts metav1.ListOptions) ([]v1.Pod, string, error) {
-		list, err := c.client.CoreV1().Pods("").List(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		return list.Items, list.Continue, nil
-	}, func(listed *v1.Pod) {
+	err := quorumList(ctx, c.metadataPage(podsResource, ""), func(listed *metav1.PartialObjectMetadata) {
 		held, err := c.informers.pods.Lister().Pods(listed.Namespace).Get(listed.Name)
 		switch {
 		case err != nil:
@@ -477,11 +476,11 @@ func (c *Controller) podsBehind(ctx context.Context) (int, error) {
 
 // podExists tells whether the API server holds the pod now.
 func (c *Controller) podExists(ctx context.Context, key types.NamespacedName) (bool, error) {
-	list, err := c.client.CoreV1().Pods(key.Namespace).List(ctx, byName(key.Name))
+	pods, _, err := c.metadataPage(podsResource, key.Namespace)(ctx, byName(key.Name))
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(list.Items, func(p v1.Pod) bool { return p.Name == key.Name }), nil
+	return slices.ContainsFunc(pods, func(p metav1.PartialObjectMetadata) bool { return p.Name == key.Name }), nil
 }
 
 // byName lists the one object of that name, as a quorum read. A pod, claim or

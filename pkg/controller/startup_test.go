@@ -21,6 +21,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
@@ -476,7 +477,7 @@ func standbyControllerWithoutPass(t *testing.T, client kubernetes.Interface) *Co
 	factory.WaitForCacheSync(t.Context().Done())
 	opts := DefaultOptions()
 	opts.DisableSync = true
-	c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(1000), metrics.New(), opts)
+	c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, factory, record.NewFakeRecorder(1000), metrics.New(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +547,7 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 					}
 					factory.WaitForCacheSync(ctx.Done())
 				}
-				c, err := New(Clients{API: client, NodeStatus: client}, factory, record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
+				c, err := New(Clients{API: client, NodeStatus: client, Metadata: metadataview.Of(client)}, factory, record.NewFakeRecorder(100), metrics.New(), DefaultOptions())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
@@ -359,7 +360,7 @@ func startController(ctx context.Context, logger klog.Logger, store *fakeapi.Sto
 		defer close(c.done)
 		factory := controller.NewInformerFactory(api)
 		defer factory.Shutdown()
-		ctrl, err := controller.New(controller.Clients{API: api, NodeStatus: api}, factory, &record.FakeRecorder{}, c.metrics, controller.DefaultOptions())
+		ctrl, err := controller.New(controller.Clients{API: api, NodeStatus: api, Metadata: metadataview.Of(api)}, factory, &record.FakeRecorder{}, c.metrics, controller.DefaultOptions())
 		if err != nil {
 			c.err = fmt.Errorf("building the controller: %w", err)
 			return

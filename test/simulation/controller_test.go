@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/fakeapi"
+	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simcheck"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/simtrace"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
@@ -85,7 +86,7 @@ func (cs *controllers) start() {
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {
 		time.Sleep(standby)
-		c, err := controller.New(controller.Clients{API: api, NodeStatus: api}, factory, recorder{trace: cs.trace, who: name}, metrics.New(), cs.plan.opts)
+		c, err := controller.New(controller.Clients{API: api, NodeStatus: api, Metadata: metadataview.Of(api)}, factory, recorder{trace: cs.trace, who: name}, metrics.New(), cs.plan.opts)
 		if err != nil {
 			panic(fmt.Sprintf("simulation: controller.New: %v", err))
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -61,9 +62,14 @@ func Run(ctx context.Context, o *Options) error {
 	// of the shared limit that no request waits for, beyond half its burst: after
 	// a burst of attaches their SuccessfulAttachVolume events go at the shared rate.
 	limiter := ratelimit.NewPriority(ctx, float32(o.KubeAPIQPS), o.KubeAPIBurst)
-	client, err := newClient(base, "api", limiter.Low())
+	low := limiter.Low()
+	client, err := newClient(base, "api", low)
 	if err != nil {
 		return err
+	}
+	metadataClient, err := metadata.NewForConfig(clientConfigFor(base, "api", low))
+	if err != nil {
+		return fmt.Errorf("creating the metadata client: %w", err)
 	}
 	statusClient, err := newClient(base, "node-status", limiter.High())
 	if err != nil {
@@ -148,7 +154,7 @@ func Run(ctx context.Context, o *Options) error {
 			recorder = events
 		}
 
-		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
+		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Metadata: metadataClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
 		if err != nil {
 			return err
 		}
@@ -310,14 +316,20 @@ func stopWhenRenewalLapses(ctx context.Context, lock *renewalTrackingLock, renew
 }
 
 func newClient(base *rest.Config, purpose string, limiter flowcontrol.RateLimiter) (*kubernetes.Clientset, error) {
-	cfg := rest.CopyConfig(base)
-	cfg.RateLimiter = limiter
-	cfg.UserAgent = base.UserAgent + " (" + purpose + ")"
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(clientConfigFor(base, purpose, limiter))
 	if err != nil {
 		return nil, fmt.Errorf("creating the %s client: %w", purpose, err)
 	}
 	return client, nil
+}
+
+// clientConfigFor is base for one purpose, with its rate limiter and a user agent
+// that names the purpose.
+func clientConfigFor(base *rest.Config, purpose string, limiter flowcontrol.RateLimiter) *rest.Config {
+	cfg := rest.CopyConfig(base)
+	cfg.RateLimiter = limiter
+	cfg.UserAgent = base.UserAgent + " (" + purpose + ")"
+	return cfg
 }
 
 // clientConfig is the configuration every client of the controller is made
