@@ -11,8 +11,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
 // TestCacheAtPresentOrList: a cache that has applied every change up to the
@@ -115,11 +113,11 @@ func TestCacheAtPresentOrListAfterAHeadStart(t *testing.T) {
 	}
 }
 
-// TestQuorumListReadsEveryPage: a quorum list asks for pages of watchrecord.QuorumPageSize
+// TestQuorumListReadsEveryPage: a quorum list asks for pages of metadataPageSize
 // and follows each continue token to the last page, so that it names every
 // object.
 func TestQuorumListReadsEveryPage(t *testing.T) {
-	total := 2*watchrecord.QuorumPageSize + 7
+	total := 2*metadataPageSize + 7
 	var asked []metav1.ListOptions
 	list := func(_ context.Context, opts metav1.ListOptions) ([]int, string, error) {
 		asked = append(asked, opts)
@@ -146,8 +144,8 @@ func TestQuorumListReadsEveryPage(t *testing.T) {
 		t.Fatalf("handed %d objects in %d pages, want %d in 3", seen, len(asked), total)
 	}
 	for _, opts := range asked {
-		if opts.Limit != watchrecord.QuorumPageSize || opts.ResourceVersion != "" {
-			t.Errorf("a page was asked with limit %d and resourceVersion %q, want %d and the quorum's \"\"", opts.Limit, opts.ResourceVersion, watchrecord.QuorumPageSize)
+		if opts.Limit != metadataPageSize || opts.ResourceVersion != "" {
+			t.Errorf("a page was asked with limit %d and resourceVersion %q, want %d and the quorum's \"\"", opts.Limit, opts.ResourceVersion, metadataPageSize)
 		}
 	}
 }

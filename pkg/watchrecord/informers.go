@@ -70,8 +70,9 @@ func NodeReads(f informers.SharedInformerFactory) (*Reads, error) {
 	return recorded.reads, nil
 }
 
-// QuorumPageSize is the number of objects in each page of a list of the present:
-// an informer's, or the controller's own proof at start-up. Such a list is paged,
+// QuorumPageSize is the number of objects in each page of an informer's list of
+// the present (the controller's own lists at start-up, of metadata only, have
+// larger pages). Such a list is paged,
 // each page waiting its turn at the API server, and, where the API server cannot
 // serve it from its cache (etcd before 3.5.13), reading etcd: client-go's pages of
 // 500 made 100 of them for 50,000 objects. A take-over's proof of its
