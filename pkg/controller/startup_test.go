@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -494,21 +497,23 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 	pod := podUsing("ns", "pod-1", "node-a", "claim-1")
 	objects := []struct {
 		resource string
-		obj      runtime.Object
-		delete   func(ctx context.Context, client kubernetes.Interface) error
-		held     func(c *Controller) bool
+		// logKey is the key of the informer's proof in the check's log line.
+		logKey string
+		obj    runtime.Object
+		delete func(ctx context.Context, client kubernetes.Interface) error
+		held   func(c *Controller) bool
 	}{
-		{"volumeattachments", va,
+		{"volumeattachments", "attachments", va,
 			func(ctx context.Context, client kubernetes.Interface) error {
 				return client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{})
 			},
 			func(c *Controller) bool { _, err := c.informers.attachments.Lister().Get(va.Name); return err == nil }},
-		{"nodes", node("node-a", nil, nil),
+		{"nodes", "nodes", node("node-a", nil, nil),
 			func(ctx context.Context, client kubernetes.Interface) error {
 				return client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{})
 			},
 			func(c *Controller) bool { _, err := c.informers.nodes.Lister().Get("node-a"); return err == nil }},
-		{"pods", pod,
+		{"pods", "pods", pod,
 			func(ctx context.Context, client kubernetes.Interface) error {
 				return client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
 			},
@@ -528,15 +533,18 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 		// called off).
 		listsFail bool
 		wantLists int
+		// wantProof is what the log line says proved the cache current.
+		wantProof string
 	}{
-		{name: "informer listed once the controller led", wantLists: 1},
-		{name: "informer listed before, as a standby's, and applied every change up to the present", standby: true, listsFail: true},
-		{name: "an object of its list deleted since", deletedSince: true, wantLists: 2},
+		{name: "informer listed once the controller led", wantLists: 1, wantProof: "its own list"},
+		{name: "informer listed before, as a standby's, and applied every change up to the present", standby: true, listsFail: true, wantProof: "its cache at the present"},
+		{name: "an object of its list deleted since", deletedSince: true, wantLists: 2, wantProof: "a quorum list"},
 	}
 	for _, o := range objects {
 		for _, tc := range tests {
 			t.Run(o.resource+"/"+tc.name, func(t *testing.T) {
-				ctx := t.Context()
+				logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+				ctx := klog.NewContext(t.Context(), logger)
 				client := fake.NewClientset(o.obj.DeepCopyObject())
 				refuseReadsTheRoleDoesNotGrant(t, client)
 				watching := recordWatches(client)
@@ -578,6 +586,10 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 				}
 				if lists := fullLists(client, o.resource); !tc.listsFail && lists != tc.wantLists {
 					t.Errorf("%s listed %d times, want %d", o.resource, lists, tc.wantLists)
+				}
+				logged := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+				if want := o.logKey + `="` + tc.wantProof + " after "; !strings.Contains(logged, "Informers hold the present") || !strings.Contains(logged, want) {
+					t.Errorf("the check's log line does not say %s; the log:\n%s", want, logged)
 				}
 			})
 		}
