@@ -187,8 +187,9 @@ type Controller struct {
 
 // Clients are the API clients the controller writes with.
 type Clients struct {
-	// API creates and deletes VolumeAttachments, and reads the claims and
-	// PersistentVolumes the start-up check needs.
+	// API creates and deletes VolumeAttachments, and makes the start-up check's
+	// reads of whole objects: claims, PersistentVolumes, and one object for the
+	// present's resourceVersion.
 	API kubernetes.Interface
 	// Metadata lists pods, nodes and VolumeAttachments by their metadata only,
 	// for the start-up check and the proof that every VolumeAttachment is known
