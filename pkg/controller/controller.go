@@ -187,13 +187,13 @@ type Controller struct {
 
 // Clients are the API clients the controller writes with.
 type Clients struct {
-	// API creates and deletes VolumeAttachments, and makes the start-up check's
-	// reads of whole objects: claims, PersistentVolumes, and one object for the
-	// present's resourceVersion.
+	// API creates and deletes VolumeAttachments, and reads the claims and
+	// PersistentVolumes the start-up check needs whole.
 	API kubernetes.Interface
 	// Metadata lists pods, nodes and VolumeAttachments by their metadata only,
-	// for the start-up check and the proof that every VolumeAttachment is known
-	// (see startup.go): they compare names, UIDs and resource versions, and a
+	// for the start-up check and the proof that every VolumeAttachment is known,
+	// and reads the present's resourceVersion (see startup.go): they compare
+	// names, UIDs and resource versions, and a
 	// metadata list costs the API server and the controller a fraction of a full
 	// one. It shares API's rate limit. Run needs it; Snapshot does not.
 	Metadata metadata.Interface

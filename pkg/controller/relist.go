@@ -105,7 +105,7 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 	logger := klog.FromContext(ctx)
 	existing := c.listAttachments
 	held := c.informers.attachments.Informer().GetIndexer()
-	at, pending, err := cacheAtPresentOrList(ctx, c, c.attachmentsPresent, held, c.listAttachments, proofListAfter)
+	at, pending, err := cacheAtPresentOrList(ctx, c, c.presentVersion(attachmentsResource), held, c.listAttachments, proofListAfter)
 	if at {
 		existing = c.cachedAttachments
 		pending, err = existing(ctx)

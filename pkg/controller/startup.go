@@ -63,15 +63,15 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 	pending := []*informerCheck{
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", key: "attachments", behind: c.attachmentsBehind,
 			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
-			presentVersion: c.attachmentsPresent,
+			presentVersion: c.presentVersion(attachmentsResource),
 			lapses:         c.attachmentWatches,
 			proven:         &c.attachmentsProven},
 		{kind: "Node", listed: "nodes", key: "nodes", behind: c.nodesBehind,
 			reads: inf.nodeReads, lead: c.leads.nodes, held: inf.nodes.Informer().GetIndexer(),
-			presentVersion: listVersion(c.client.CoreV1().Nodes().List)},
+			presentVersion: c.presentVersion(nodesResource)},
 		{kind: "Pod", listed: "pods", key: "pods", behind: c.podsBehind,
 			reads: inf.podReads, lead: c.leads.pods, held: inf.pods.Informer().GetIndexer(),
-			presentVersion: listVersion(c.client.CoreV1().Pods("").List)},
+			presentVersion: c.presentVersion(podsResource)},
 	}
 	checks := slices.Clone(pending)
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -360,21 +360,15 @@ func (c *Controller) cacheAtPresent(ctx context.Context, presentVersion func(con
 	return true, nil
 }
 
-// attachmentsPresent reads the resourceVersion of the present with a quorum read
-// of one VolumeAttachment.
-func (c *Controller) attachmentsPresent(ctx context.Context) (string, error) {
-	return listVersion(c.client.StorageV1().VolumeAttachments().List)(ctx)
-}
-
-// listVersion makes a quorum read of one object of a resource that returns the
-// resourceVersion of the present.
-func listVersion[L interface{ GetResourceVersion() string }](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context) (string, error) {
+// presentVersion reads the resourceVersion of the present with a quorum list of
+// one object of the resource, by its metadata.
+func (c *Controller) presentVersion(resource schema.GroupVersionResource) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		l, err := list(ctx, metav1.ListOptions{Limit: 1})
+		list, err := c.metadata.Resource(resource).List(ctx, metav1.ListOptions{Limit: 1})
 		if err != nil {
 			return "", err
 		}
-		return l.GetResourceVersion(), nil
+		return list.ResourceVersion, nil
 	}
 }
 
