@@ -193,9 +193,9 @@ type Clients struct {
 	// Metadata lists pods, nodes and VolumeAttachments by their metadata only,
 	// for the start-up check and the proof that every VolumeAttachment is known,
 	// and reads the present's resourceVersion (see startup.go): they compare
-	// names, UIDs and resource versions, and a
-	// metadata list costs the API server and the controller a fraction of a full
-	// one. It shares API's rate limit. Run needs it; Snapshot does not.
+	// names, UIDs and resource versions, and a metadata list costs the API server
+	// and the controller a fraction of a full one. It shares API's rate limit.
+	// Run needs it; Snapshot does not.
 	Metadata metadata.Interface
 	// NodeStatus writes node.status.volumesAttached; give it priority over API
 	// (see package ratelimit) so that kubelet never waits behind a backlog.
