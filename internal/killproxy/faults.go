@@ -129,6 +129,39 @@ func Random(seed uint64, choices ...Weighted) Rule {
 	}
 }
 
+// AtMostInARow returns rule, except that requests with the same method and path
+// (one object's writes, say) fail at most n times in a row: the next one only
+// keeps its delay. A fault fails a request unless it only delays it. Random
+// faults alone fail some requests again and again, and a client that backs off
+// exponentially after each failure then waits minutes: bounding the run keeps a
+// test of progress under faults from testing an outage instead.
+func AtMostInARow(n int, rule Rule) Rule {
+	var mu sync.Mutex
+	inARow := map[string]int{}
+	return func(r *http.Request) Fault {
+		f := rule(r)
+		key := r.Method + " " + r.URL.Path
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !f.fails():
+			delete(inARow, key)
+		case inARow[key] >= n:
+			delete(inARow, key)
+			f = Fault{Delay: f.Delay}
+		default:
+			inARow[key]++
+		}
+		return f
+	}
+}
+
+// fails tells whether the fault keeps the client from getting the API server's
+// answer.
+func (f Fault) fails() bool {
+	return f.Status != 0 || f.Drop || f.Reset
+}
+
 // Script returns a rule that gives the requests it is asked about the faults in
 // order, and no fault once they are used up.
 func Script(faults ...Fault) Rule {

@@ -48,6 +48,22 @@ func TestRandom(t *testing.T) {
 	}
 }
 
+func TestAtMostInARow(t *testing.T) {
+	slowDrop := Fault{Delay: time.Second, Drop: true}
+	slowReset := Fault{Delay: time.Second, Reset: true}
+	rule := AtMostInARow(2, Script(Fail500, slowDrop, slowReset, Fail500, Delayed(time.Second), Fail500, Fail500, Fail500))
+	want := []Fault{Fail500, slowDrop, Delayed(time.Second), Fail500, Delayed(time.Second), Fail500, Fail500, {}}
+	if got := draw(rule, len(want)); !slices.Equal(got, want) {
+		t.Errorf("at most 2 in a row gave %v, want %v", got, want)
+	}
+	other := AtMostInARow(1, Script(Fail500, Fail500, Fail500))
+	post, _ := http.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/configmaps", nil)
+	del, _ := http.NewRequest(http.MethodDelete, "/api/v1/namespaces/ns/configmaps/one", nil)
+	if got := []Fault{other(post), other(del), other(post)}; !slices.Equal(got, []Fault{Fail500, Fail500, {}}) {
+		t.Errorf("requests to two paths gave %v, want each to count its own run of faults", got)
+	}
+}
+
 func TestScript(t *testing.T) {
 	got := draw(Script(Throttle, Fault{}, DropResponse), 5)
 	want := []Fault{Throttle, {}, DropResponse, {}, {}}
