@@ -358,15 +358,33 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
 	}
-	if err := c.waitForCurrentInformers(ctx); err != nil {
+	// The state is filled once pods and nodes are proven current, while the
+	// VolumeAttachment informer's check may still run: after a hand-over, its
+	// list of every object takes longest. What rests on every VolumeAttachment
+	// waits for that check, and for the handlers to record what it proved.
+	check := c.startCheck(ctx)
+	if err := check.wait(ctx, "pods", "nodes"); err != nil {
+		return err
+	}
+	if err := c.waitForClaimsOfPods(ctx); err != nil {
 		return err
 	}
 	started := time.Now()
 	// Everything is queued for a first look; the volumes that may need an
 	// attach or a detach go first (Release).
 	c.reconciler.Hold()
-	evaluated, err := c.rebuild(ctx)
+	evaluated, err := c.fillState(ctx)
 	if err != nil {
+		return err
+	}
+	if err := check.wait(ctx); err != nil {
+		return err
+	}
+	check.report(ctx)
+	if err := c.waitForRecordedAttachments(ctx); err != nil {
+		return err
+	}
+	if err := c.hideDetaching(); err != nil {
 		return err
 	}
 	total, attached := c.actual.Counts()

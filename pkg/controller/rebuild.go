@@ -3,24 +3,35 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
 
-// rebuild fills the state from the synced informers before any decision. The
-// event handlers are registered first and deliver every object as an addition, so
-// that nothing deleted or changed from here on is missed; the pods they queue are
-// evaluated as they come. An attached volume that its node's status does not list and
-// that no pod there needs was being detached when the previous controller stopped:
-// it stays out of node status. The in-tree iSCSI and Fibre Channel volumes a
-// managed node's status lists are attached there: node status is their only record.
-// It tells how many pod evaluations it made: one per pod, unless a pod changed
-// meanwhile.
+// rebuild fills the state from the synced informers before any decision
+// (fillState), then keeps out of node status what was being detached
+// (hideDetaching). It tells how many pod evaluations it made: one per pod,
+// unless a pod changed meanwhile.
 func (c *Controller) rebuild(ctx context.Context) (int, error) {
+	evaluated, err := c.fillState(ctx)
+	if err != nil {
+		return evaluated, err
+	}
+	return evaluated, c.hideDetaching()
+}
+
+// fillState registers the event handlers, which deliver every object the
+// informers hold as an addition, so that nothing deleted or changed from here on
+// is missed, and returns once they have. The pods they queue are evaluated as
+// they come.
+func (c *Controller) fillState(ctx context.Context) (int, error) {
 	regs, err := c.registerHandlers(ctx)
 	if err != nil {
 		return 0, err
@@ -39,9 +50,18 @@ func (c *Controller) rebuild(ctx context.Context) (int, error) {
 	if !synced {
 		return evaluated, fmt.Errorf("event handlers did not sync: %w", ctx.Err())
 	}
+	return evaluated, nil
+}
+
+// hideDetaching rests on every VolumeAttachment and node being recorded. An
+// attached volume that its node's status does not list and that no pod there
+// needs was being detached when the previous controller stopped: it stays out
+// of node status. The in-tree iSCSI and Fibre Channel volumes a managed node's
+// status lists are attached there: node status is their only record.
+func (c *Controller) hideDetaching() error {
 	nodes, err := c.informers.nodes.Lister().List(labels.Everything())
 	if err != nil {
-		return evaluated, fmt.Errorf("listing nodes from the informer: %w", err)
+		return fmt.Errorf("listing nodes from the informer: %w", err)
 	}
 	for _, n := range nodes {
 		listed := make(map[volumename.UniqueName]bool, len(n.Status.VolumesAttached))
@@ -59,7 +79,26 @@ func (c *Controller) rebuild(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	return evaluated, nil
+	return nil
+}
+
+// waitForRecordedAttachments waits until the event handlers have recorded every
+// VolumeAttachment the informer holds now, at that version or a later one, or
+// the informer no longer holds it. After the informer was proven current, the
+// actual state then records the present too.
+func (c *Controller) waitForRecordedAttachments(ctx context.Context) error {
+	lister := c.informers.attachments.Lister()
+	pending, err := lister.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
+	}
+	return wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+		pending = slices.DeleteFunc(c.attachments.NotHandled(pending), func(va *storagev1.VolumeAttachment) bool {
+			now, err := lister.Get(va.Name)
+			return err != nil || now.UID != va.UID
+		})
+		return len(pending) == 0, nil
+	})
 }
 
 // multiAttachOf tells whether a volume known only by name may be attached to

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -50,17 +48,37 @@ import (
 // the present or a later state (cacheAtPresent). Only if it does not does the
 // controller list every object.
 //
-// The three checks run side by side, and one that passed is not run again: an
-// informer never goes back to an older state, so what a quorum read proved
-// after the controller began to lead stays proven. Once every pod is known, the
-// claims of pods on nodes that the informers cannot follow to a PersistentVolume
-// are read from etcd (waitForClaimsOfPods).
+// The three checks run side by side (Run fills the state once the pod and node
+// informers passed, beside the VolumeAttachment informer's), and one that
+// passed is not run again: an informer never goes back to an older state, so
+// what a quorum read proved after the controller began to lead stays proven.
+// Once every pod is known, the claims of pods on nodes that the informers
+// cannot follow to a PersistentVolume are read from etcd (waitForClaimsOfPods).
 func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
+	check := c.startCheck(ctx)
+	if err := check.wait(ctx); err != nil {
+		return err
+	}
+	if err := c.waitForClaimsOfPods(ctx); err != nil {
+		return err
+	}
+	check.report(ctx)
+	return nil
+}
+
+// startupCheck is a start-up check under way: each informer's check runs on its
+// own until it passes, so that what rests only on the informers already proven
+// need not wait for the others.
+type startupCheck struct {
+	started time.Time
+	checks  []*informerCheck
+}
+
+// startCheck starts the check of each informer (see waitForCurrentInformers).
+func (c *Controller) startCheck(ctx context.Context) *startupCheck {
 	inf := c.informers
 	c.attachmentsProven = provenLapses{}
-	started := time.Now()
-	pending := []*informerCheck{
+	s := &startupCheck{started: time.Now(), checks: []*informerCheck{
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", key: "attachments", behind: c.attachmentsBehind,
 			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
 			presentVersion: c.presentVersion(attachmentsResource),
@@ -72,64 +90,75 @@ func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
 		{kind: "Pod", listed: "pods", key: "pods", behind: c.podsBehind,
 			reads: inf.podReads, lead: c.leads.pods, held: inf.pods.Informer().GetIndexer(),
 			presentVersion: c.presentVersion(podsResource)},
-	}
-	checks := slices.Clone(pending)
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		var wg sync.WaitGroup
-		for _, check := range pending {
-			wg.Go(func() {
-				if read, ok := check.ownReadHeld(); ok {
-					logger.V(2).Info("The "+check.kind+" informer's own list was a quorum read sent since this controller leads: no second list", check.listed, len(read.Objects))
-					check.provenAfter(read.AfterLapses, true)
-					check.pass("its own list", started)
-					return
-				}
-				lapses, resumed := check.lapsesNow()
-				at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind, 0)
-				switch {
-				case at:
-					logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads")
-					check.pass("its cache at the present", started)
-				case err != nil:
-					logger.Error(err, "Listing "+check.listed+" to check the informer is current; retrying")
-					return
-				case behind > 0:
-					logger.Info(check.kind+" informer is behind the API server; waiting", check.key+"Behind", behind)
-					return
-				default:
-					check.pass("a quorum list", started)
-				}
-				check.provenAfter(lapses, resumed)
+	}}
+	for _, check := range s.checks {
+		check.done = make(chan struct{})
+		go func() {
+			defer close(check.done)
+			_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				return check.try(ctx, c, s.started), nil
 			})
-		}
-		wg.Wait()
-		still := pending[:0]
-		for _, check := range pending {
-			if check.passed == "" {
-				still = append(still, check)
-			}
-		}
-		pending = still
-		if len(pending) > 0 {
-			return false, nil
-		}
-		for _, r := range []*watchrecord.Reads{inf.attachmentReads, inf.nodeReads, inf.podReads} {
-			r.Drop()
-		}
-		return true, nil
-	})
-	if err != nil {
-		return err
+		}()
 	}
-	if err := c.waitForClaimsOfPods(ctx); err != nil {
-		return err
+	return s
+}
+
+// wait returns once the checks of the informers with the given keys (of all,
+// with none) have passed, or with an error once ctx ends.
+func (s *startupCheck) wait(ctx context.Context, keys ...string) error {
+	for _, check := range s.checks {
+		if len(keys) > 0 && !slices.Contains(keys, check.key) {
+			continue
+		}
+		select {
+		case <-check.done:
+		case <-ctx.Done():
+		}
+		if check.passed == "" {
+			return fmt.Errorf("the %s informer was not proven current: %w", check.kind, ctx.Err())
+		}
 	}
-	current := []any{"duration", time.Since(started)}
-	for _, check := range checks {
+	return nil
+}
+
+// report ends a check that passed: the records of the informers' own quorum
+// reads are no longer needed, and the log says how each informer was proven
+// current.
+func (s *startupCheck) report(ctx context.Context) {
+	current := []any{"duration", time.Since(s.started)}
+	for _, check := range s.checks {
+		check.reads.Drop()
 		current = append(current, check.key, check.passed)
 	}
-	logger.Info("Informers hold the present", current...)
-	return nil
+	klog.FromContext(ctx).Info("Informers hold the present", current...)
+}
+
+// try proves the informer current once, and reports whether it did.
+func (check *informerCheck) try(ctx context.Context, c *Controller, started time.Time) bool {
+	logger := klog.FromContext(ctx)
+	if read, ok := check.ownReadHeld(); ok {
+		logger.V(2).Info("The "+check.kind+" informer's own list was a quorum read sent since this controller leads: no second list", check.listed, len(read.Objects))
+		check.provenAfter(read.AfterLapses, true)
+		check.pass("its own list", started)
+		return true
+	}
+	lapses, resumed := check.lapsesNow()
+	at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind, 0)
+	switch {
+	case at:
+		logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads")
+		check.pass("its cache at the present", started)
+	case err != nil:
+		logger.Error(err, "Listing "+check.listed+" to check the informer is current; retrying")
+		return false
+	case behind > 0:
+		logger.Info(check.kind+" informer is behind the API server; waiting", check.key+"Behind", behind)
+		return false
+	default:
+		check.pass("a quorum list", started)
+	}
+	check.provenAfter(lapses, resumed)
+	return true
 }
 
 // waitForClaimsOfPods makes sure that where the informers cannot follow a claim
@@ -244,8 +273,10 @@ type informerCheck struct {
 	// kind names the informer's objects in log messages, listed in the plural,
 	// key as a log key.
 	kind, listed, key string
-	// passed tells how the check passed, and when.
+	// passed tells how the check passed, and when; done is closed once it
+	// passed, or ctx ended.
 	passed         string
+	done           chan struct{}
 	reads          *watchrecord.Reads
 	lead           uint64
 	held           toolscache.Indexer
@@ -349,7 +380,7 @@ func (c *Controller) cacheAtPresent(ctx context.Context, presentVersion func(con
 		return false, nil
 	}
 	deadline := time.Now().Add(c.presentWait)
-	for !atLeastVersion(cache.LastStoreSyncResourceVersion(), present) {
+	for !watchrecord.AtLeastVersion(cache.LastStoreSyncResourceVersion(), present) {
 		if !time.Now().Before(deadline) {
 			return false, nil
 		}
@@ -386,7 +417,7 @@ func (check *informerCheck) ownReadHeld() (read watchrecord.Read, ok bool) {
 			return read, false
 		}
 		m, err := meta.Accessor(obj)
-		if err != nil || m.GetUID() != v.UID || !atLeastVersion(m.GetResourceVersion(), v.ResourceVersion) {
+		if err != nil || m.GetUID() != v.UID || !watchrecord.AtLeastVersion(m.GetResourceVersion(), v.ResourceVersion) {
 			return read, false
 		}
 	}
@@ -448,7 +479,7 @@ func (c *Controller) nodesBehind(ctx context.Context) (int, error) {
 	behind := 0
 	err := quorumList(ctx, c.metadataPage(nodesResource, ""), func(listed *metav1.PartialObjectMetadata) {
 		held, err := c.informers.nodes.Lister().Get(listed.Name)
-		if err != nil || !atLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
+		if err != nil || !watchrecord.AtLeastVersion(held.ResourceVersion, listed.ResourceVersion) {
 			behind++
 		}
 	})
@@ -467,7 +498,7 @@ func (c *Controller) podsBehind(ctx context.Context) (int, error) {
 		switch {
 		case err != nil:
 			absent = append(absent, types.NamespacedName{Namespace: listed.Namespace, Name: listed.Name})
-		case !atLeastVersion(held.ResourceVersion, listed.ResourceVersion):
+		case !watchrecord.AtLeastVersion(held.ResourceVersion, listed.ResourceVersion):
 			behind++
 		}
 	})
@@ -534,16 +565,5 @@ func quorumList[T any](ctx context.Context, list func(context.Context, metav1.Li
 // holds tells whether an informer's cache, which returned held and err for the
 // name of listed, holds that very object (its UID) at its version or a later one.
 func holds(held metav1.Object, err error, listed metav1.Object) bool {
-	return err == nil && held.GetUID() == listed.GetUID() && atLeastVersion(held.GetResourceVersion(), listed.GetResourceVersion())
-}
-
-// atLeastVersion tells whether an object at resourceVersion have is the one at
-// want or a later one. Resource versions of one resource are ordered; two that
-// cannot be compared must be the same.
-func atLeastVersion(have, want string) bool {
-	cmp, err := resourceversion.CompareResourceVersion(have, want)
-	if err != nil {
-		return have == want
-	}
-	return cmp >= 0
+	return err == nil && held.GetUID() == listed.GetUID() && watchrecord.AtLeastVersion(held.GetResourceVersion(), listed.GetResourceVersion())
 }

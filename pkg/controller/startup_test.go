@@ -26,6 +26,7 @@ import (
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/metadataview"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/metrics"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -357,26 +358,6 @@ func TestStartUpWaitsForAVolumeAttachmentMadeAgain(t *testing.T) {
 	}
 }
 
-func TestAtLeastVersionComparesResourceVersions(t *testing.T) {
-	tests := []struct {
-		have, want string
-		ok         bool
-	}{
-		{"7", "5", true},
-		{"7", "7", true},
-		{"5", "7", false},
-		{"10", "9", true},
-		{"x1", "x1", true},
-		{"x1", "x2", false},
-		{"x2", "x1", false},
-	}
-	for _, tc := range tests {
-		if got := atLeastVersion(tc.have, tc.want); got != tc.ok {
-			t.Errorf("atLeastVersion(%q, %q) = %t, want %t", tc.have, tc.want, got, tc.ok)
-		}
-	}
-}
-
 // TestStartUpWaitsForTheVolumeAttachmentInformer: the previous leader deleted
 // the VolumeAttachment of an RWO volume on node-a and created it again under the
 // same name, for a pod back on node-a. The new leader's informer listed, as a
@@ -386,7 +367,10 @@ func TestAtLeastVersionComparesResourceVersions(t *testing.T) {
 // learned of the deletion, counted the volume free, and attached it to another
 // node while node-a had it (simulation seeds 5604, 28346, 28588, 30975, 39414).
 // It must wait until the informer holds every VolumeAttachment as the same
-// object, at least at the version a quorum read shows.
+// object, at least at the version a quorum read shows. The state is filled
+// while this check runs, so the first decision must also wait for the event
+// handlers to record what the informer then holds: each case runs again with
+// the handler slow to record the informer's later events.
 func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 	deleted := metav1.Now()
 	at := func(uid, rv string, deleting bool) *storagev1.VolumeAttachment {
@@ -424,45 +408,75 @@ func TestStartUpWaitsForTheVolumeAttachmentInformer(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1"), tc.current.DeepCopy())
-			// The informer's list, a standby's before it led, found the old object.
-			var lists atomic.Int32
-			client.PrependReactor("list", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
-				if lists.Add(1) == 1 {
-					list := &storagev1.VolumeAttachmentList{Items: []storagev1.VolumeAttachment{*tc.informed.DeepCopy()}}
-					list.ResourceVersion = "4"
-					return true, list, nil
-				}
-				return false, nil, nil
+		for _, slow := range []bool{false, true} {
+			name := tc.name
+			if slow {
+				name += ", handler slow"
+			}
+			t.Run(name, func(t *testing.T) {
+				runWaitsForTheVolumeAttachmentInformer(t, tc.informed, tc.current, tc.deliver, slow)
 			})
-			presentVersionIs(client, "volumeattachments", tc.current.ResourceVersion)
-			watcher := watch.NewRaceFreeFake()
-			client.PrependWatchReactor("volumeattachments", clienttesting.DefaultWatchReactor(watcher, nil))
-			go func() {
-				time.Sleep(500 * time.Millisecond)
-				tc.deliver(watcher, tc.informed.DeepCopy(), tc.current.DeepCopy())
-			}()
+		}
+	}
+}
 
-			c := standbyControllerWithoutPass(t, client)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			t.Cleanup(c.factory.Shutdown)
-			var held cache.Attachment
-			var ok bool
-			err := c.Run(ctx, func() {
-				held, ok = c.actual.Object(tc.current.Name)
-				cancel()
-			})
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			wantDeleting := tc.current.DeletionTimestamp != nil
-			if !ok || held.UID != tc.current.UID || held.Deleting != wantDeleting {
-				t.Errorf("at the first decision the controller holds UID %q deleting %t (recorded: %t), want the object as the API server has it: UID %q deleting %t",
-					held.UID, held.Deleting, ok, tc.current.UID, wantDeleting)
-			}
-		})
+// slowAfterFirst is an interleave.Scheduler that holds each event of the object
+// id after its first for a second.
+type slowAfterFirst struct {
+	id   string
+	seen atomic.Int32
+}
+
+func (s *slowAfterFirst) At(point, id string) {
+	if point == "event" && id == s.id && s.seen.Add(1) > 1 {
+		time.Sleep(time.Second)
+	}
+}
+
+// runWaitsForTheVolumeAttachmentInformer runs one case of
+// TestStartUpWaitsForTheVolumeAttachmentInformer: the informer lists informed,
+// deliver brings it to current half a second later, and slow makes the event
+// handler hold each of the object's events after the first for a second.
+func runWaitsForTheVolumeAttachmentInformer(t *testing.T, informed, current *storagev1.VolumeAttachment, deliver func(w *watch.RaceFreeFakeWatcher, informed, current *storagev1.VolumeAttachment), slow bool) {
+	client := fake.NewClientset(node("node-a", nil, nil), csiPV("pv-1", "h-1", "ns", "claim-1"), current.DeepCopy())
+	// The informer's list, a standby's before it led, found the old object.
+	var lists atomic.Int32
+	client.PrependReactor("list", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) == 1 {
+			list := &storagev1.VolumeAttachmentList{Items: []storagev1.VolumeAttachment{*informed.DeepCopy()}}
+			list.ResourceVersion = "4"
+			return true, list, nil
+		}
+		return false, nil, nil
+	})
+	presentVersionIs(client, "volumeattachments", current.ResourceVersion)
+	watcher := watch.NewRaceFreeFake()
+	client.PrependWatchReactor("volumeattachments", clienttesting.DefaultWatchReactor(watcher, nil))
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		deliver(watcher, informed.DeepCopy(), current.DeepCopy())
+	}()
+
+	c := standbyControllerWithoutPass(t, client)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if slow {
+		ctx = interleave.WithScheduler(ctx, &slowAfterFirst{id: "*v1.VolumeAttachment " + current.Name})
+	}
+	t.Cleanup(c.factory.Shutdown)
+	var held cache.Attachment
+	var ok bool
+	err := c.Run(ctx, func() {
+		held, ok = c.actual.Object(current.Name)
+		cancel()
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	wantDeleting := current.DeletionTimestamp != nil
+	if !ok || held.UID != current.UID || held.Deleting != wantDeleting {
+		t.Errorf("at the first decision the controller holds UID %q deleting %t (recorded: %t), want the object as the API server has it: UID %q deleting %t",
+			held.UID, held.Deleting, ok, current.UID, wantDeleting)
 	}
 }
 
