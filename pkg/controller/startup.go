@@ -22,8 +22,16 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
-// waitForCurrentInformers makes sure that the informers hold every fact the
-// first decision can rest on, at least as a quorum read from etcd sees it once
+// startupCheck is a start-up check under way: each informer's check runs on its
+// own until it passes, so that what rests only on the informers already proven
+// need not wait for the others.
+type startupCheck struct {
+	started time.Time
+	checks  []*informerCheck
+}
+
+// startCheck starts the check of each informer that makes sure that the
+// informers hold every fact the first decision can rest on, at least as a quorum read from etcd sees it once
 // the controller leads: every VolumeAttachment that exists, the record of a CSI
 // attachment, as that very object (its UID) at a version no older than the one
 // read; every node at a version no older than the one read, since node status
@@ -54,27 +62,6 @@ import (
 // what a quorum read proved after the controller began to lead stays proven.
 // Once every pod is known, the claims of pods on nodes that the informers
 // cannot follow to a PersistentVolume are read from etcd (waitForClaimsOfPods).
-func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
-	check := c.startCheck(ctx)
-	if err := check.wait(ctx); err != nil {
-		return err
-	}
-	if err := c.waitForClaimsOfPods(ctx); err != nil {
-		return err
-	}
-	check.report(ctx)
-	return nil
-}
-
-// startupCheck is a start-up check under way: each informer's check runs on its
-// own until it passes, so that what rests only on the informers already proven
-// need not wait for the others.
-type startupCheck struct {
-	started time.Time
-	checks  []*informerCheck
-}
-
-// startCheck starts the check of each informer (see waitForCurrentInformers).
 func (c *Controller) startCheck(ctx context.Context) *startupCheck {
 	inf := c.informers
 	c.attachmentsProven = provenLapses{}

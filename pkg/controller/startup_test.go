@@ -629,3 +629,18 @@ func presentVersionIs(client *fake.Clientset, resource, rv string) {
 		}
 	})
 }
+
+// waitForCurrentInformers runs the whole start-up check, as Run does in two
+// steps around filling the state: every informer proven current, then the
+// claims of pods.
+func (c *Controller) waitForCurrentInformers(ctx context.Context) error {
+	check := c.startCheck(ctx)
+	if err := check.wait(ctx); err != nil {
+		return err
+	}
+	if err := c.waitForClaimsOfPods(ctx); err != nil {
+		return err
+	}
+	check.report(ctx)
+	return nil
+}
