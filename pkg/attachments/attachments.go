@@ -74,6 +74,11 @@ type Config struct {
 	Volumes    VolumeQueue
 }
 
+// CacheProbe is the name of the VolumeAttachment a new leader creates, and
+// deletes again, to prove its informer current (see package controller): it is
+// the record of no attachment, and the recorder skips it.
+const CacheProbe = "attachdetach-controller-cache-probe"
+
 // Recorder records VolumeAttachments in the actual state.
 type Recorder struct {
 	cfg Config
@@ -91,7 +96,9 @@ func New(cfg Config) *Recorder { return &Recorder{cfg: cfg, handled: map[string]
 // the operations waiting for it.
 func (r *Recorder) Observe(ctx context.Context, va *storagev1.VolumeAttachment) {
 	r.mu.Lock()
-	r.observe(ctx, va)
+	if va.Name != CacheProbe {
+		r.observe(ctx, va)
+	}
 	r.handled[va.Name] = va.ResourceVersion
 	r.mu.Unlock()
 	r.cfg.Executor.ObserveVolumeAttachment(va.Name, va)
@@ -279,6 +286,9 @@ func (r *Recorder) recordInformer(ctx context.Context) (map[string]bool, error) 
 	recorded := r.cfg.Actual.ObjectNames()
 	inInformer := make(map[string]bool, len(vas))
 	for _, va := range vas {
+		if va.Name == CacheProbe {
+			continue
+		}
 		inInformer[va.Name] = true
 		if uid, ok := recorded[va.Name]; !ok || uid != va.UID {
 			r.observe(ctx, va)

@@ -27,6 +27,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -183,6 +184,10 @@ type Controller struct {
 	// presentWait is how long the start-up check gives an informer to apply
 	// the changes up to the present (see startup.go).
 	presentWait time.Duration
+	// cacheProbeSent tells that the start-up check sent the create of the
+	// cache probe, which is deleted once the check is over, as is any probe
+	// the informer shows from then on (see cacheprobe.go).
+	cacheProbeSent, probeCheckOver atomic.Bool
 }
 
 // Clients are the API clients the controller writes with.
@@ -381,6 +386,8 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		return err
 	}
 	check.report(ctx)
+	c.probeCheckOver.Store(true)
+	go c.removeCacheProbe(ctx)
 	if err := c.waitForRecordedAttachments(ctx); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
@@ -413,6 +414,9 @@ func (c *Controller) enqueueNodeVolumes(node string) {
 func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
 		c.attachments.Observe(ctx, va)
+		if va.Name == attachments.CacheProbe && c.probeCheckOver.Load() {
+			go c.removeCacheProbe(ctx)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 )
 
 // An informer that is not watching shows nothing that happens: once its watch
@@ -116,7 +118,7 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 	for {
 		recorded := c.actual.ObjectNames()
 		for name, uid := range pending {
-			if have, ok := recorded[name]; ok && (have == uid || have == "") {
+			if have, ok := recorded[name]; name == attachments.CacheProbe || ok && (have == uid || have == "") {
 				delete(pending, name)
 			}
 		}

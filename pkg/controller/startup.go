@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
@@ -69,6 +71,7 @@ func (c *Controller) startCheck(ctx context.Context) *startupCheck {
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", key: "attachments", behind: c.attachmentsBehind,
 			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
 			presentVersion: c.presentVersion(attachmentsResource),
+			probe:          c.cacheProbe(),
 			lapses:         c.attachmentWatches,
 			proven:         &c.attachmentsProven},
 		{kind: "Node", listed: "nodes", key: "nodes", behind: c.nodesBehind,
@@ -130,8 +133,24 @@ func (check *informerCheck) try(ctx context.Context, c *Controller, started time
 		return true
 	}
 	lapses, resumed := check.lapsesNow()
-	at, behind, err := cacheAtPresentOrList(ctx, c, check.presentVersion, check.held, check.behind, 0)
+	present, listAfter := check.presentVersion, time.Duration(0)
+	var probed atomic.Bool
+	if check.probe != nil {
+		present, listAfter = func(ctx context.Context) (string, error) {
+			rv, err := check.probe(ctx)
+			if err == nil {
+				probed.Store(true)
+				return rv, nil
+			}
+			logger.Info("Could not write the cache probe; reading the present instead", "err", err)
+			return check.presentVersion(ctx)
+		}, probeListAfter
+	}
+	at, behind, err := cacheAtPresentOrList(ctx, c, present, check.held, check.behind, listAfter)
 	switch {
+	case at && probed.Load():
+		logger.V(2).Info("The " + check.kind + " informer has applied every change up to the cache probe")
+		check.pass("its cache past the probe", started)
 	case at:
 		logger.V(2).Info("The " + check.kind + " informer has applied every change up to a quorum read sent since this controller leads")
 		check.pass("its cache at the present", started)
@@ -242,6 +261,12 @@ type informerLeads struct {
 	attachments, nodes, pods uint64
 }
 
+// probeListAfter is how long the VolumeAttachment informer's check waits for
+// its cache to reach the cache probe before it lists every VolumeAttachment
+// too: the probe's create and the watch event usually take milliseconds, and
+// on two cores a list of 50,000 VolumeAttachments slows the rebuild beside it.
+const probeListAfter = time.Second
+
 // presentWaitPeriod bounds the wait for an informer to apply the changes up to
 // the present's resourceVersion; a quorum list usually answers sooner.
 const presentWaitPeriod = 5 * time.Second
@@ -268,9 +293,12 @@ type informerCheck struct {
 	lead           uint64
 	held           toolscache.Indexer
 	presentVersion func(context.Context) (string, error)
-	behind         func(context.Context) (int, error)
-	lapses         *watchrecord.Lapses
-	proven         *provenLapses
+	// probe, if not nil, writes an object of the resource and returns its
+	// resourceVersion, a present the cache reaches without a bookmark.
+	probe  func(context.Context) (string, error)
+	behind func(context.Context) (int, error)
+	lapses *watchrecord.Lapses
+	proven *provenLapses
 }
 
 // provenLapses tells that a quorum read sent after the informer's lapses-th lapse,
@@ -305,9 +333,10 @@ func (check *informerCheck) provenAfter(lapses uint64, resumed bool) {
 
 // cacheAtPresentOrList proves an informer current by whichever comes first: its
 // cache reaching the present (cacheAtPresent), or list, a quorum list of every
-// object, answering. The list is sent listAfter after the start, unless the
-// cache got there by then, and called off when the cache gets there first
-// (atPresent, and no result of list); a list that fails waits for the cache.
+// object, answering. The list is sent listAfter after the start, or once the
+// wait for the cache gave up if sooner, unless the cache got there by then, and
+// called off when the cache gets there first (atPresent, and no result of
+// list); a list that fails waits for the cache.
 // The cache of a resource that often changes gets there in milliseconds, long
 // before a list of 10,000 objects; one of a resource that did not change since
 // only at the next bookmark, which may be a minute away.
@@ -319,10 +348,18 @@ func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVers
 		err    error
 	}
 	answered := make(chan answer, 1)
+	gaveUp := make(chan struct{})
 	go func() {
-		if listAfter > 0 && !sleep(ctx, listAfter) {
-			answered <- answer{err: ctx.Err()}
-			return
+		if listAfter > 0 {
+			t := time.NewTimer(listAfter)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-gaveUp:
+			case <-ctx.Done():
+				answered <- answer{err: ctx.Err()}
+				return
+			}
 		}
 		listed, err := list(ctx)
 		answered <- answer{listed, err}
@@ -332,6 +369,9 @@ func cacheAtPresentOrList[T any](ctx context.Context, c *Controller, presentVers
 		at, err := c.cacheAtPresent(ctx, presentVersion, cache)
 		if err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Could not read the present; the quorum list decides", "err", err)
+		}
+		if !at {
+			close(gaveUp)
 		}
 		reached <- at
 	}()
@@ -413,12 +453,15 @@ func (check *informerCheck) ownReadHeld() (read watchrecord.Read, ok bool) {
 
 // attachmentsBehind counts the VolumeAttachments that the informer does not
 // hold, or holds as another object of the same name, or at a version older than
-// the one a quorum list returns. An object the informer still holds after its
-// deletion only makes the controller more careful until the informer shows the
-// deletion.
+// the one a quorum list returns; the cache probe, the record of no attachment,
+// does not count. An object the informer still holds after its deletion only
+// makes the controller more careful until the informer shows the deletion.
 func (c *Controller) attachmentsBehind(ctx context.Context) (int, error) {
 	behind := 0
 	err := quorumList(ctx, c.metadataPage(attachmentsResource, ""), func(listed *metav1.PartialObjectMetadata) {
+		if listed.Name == attachments.CacheProbe {
+			return
+		}
 		if held, err := c.informers.attachments.Lister().Get(listed.Name); !holds(held, err, listed) {
 			behind++
 		}

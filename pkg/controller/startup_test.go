@@ -585,6 +585,12 @@ func TestStartUpTakesTheInformersOwnListAsProof(t *testing.T) {
 						time.Sleep(time.Millisecond)
 					}
 				}
+				if tc.standby {
+					// The cache probe is refused, so that the present's
+					// resourceVersion proves a VolumeAttachment informer current
+					// (see TestStartUpProvesAStandbysAttachmentsByTheCacheProbe).
+					stampCreatedAttachments(client, true)
+				}
 				if tc.listsFail {
 					client.PrependReactor("list", o.resource, func(a clienttesting.Action) (bool, runtime.Object, error) {
 						if a.(clienttesting.ListActionImpl).GetListOptions().Limit == 1 {

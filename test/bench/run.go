@@ -23,6 +23,7 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/internal/sim"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/testenv"
 	"github.com/attachdetach-controller/attachdetach-controller/internal/workload"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/controller"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/leasewatch"
 )
@@ -969,8 +970,9 @@ func countByPhase(events []testenv.AuditEvent, user string, windows [numPhases]w
 }
 
 // countRestartWrites counts, among the user's requests received from the new
-// process's start to the end of the start-up window, the VolumeAttachments deleted
-// and the status writes to nodes other than probeNode. The old process's last
+// process's start to the end of the start-up window, the VolumeAttachments
+// deleted, the cache probe aside, and the status writes to nodes other than
+// probeNode. The old process's last
 // requests, made between its SIGTERM and its exit, are the previous run's, not the
 // restart's: they count in the phase's API requests only.
 func countRestartWrites(events []testenv.AuditEvent, user string, startup window, probeNode string) (vaDeletes, otherNodeWrites int) {
@@ -979,7 +981,7 @@ func countRestartWrites(events []testenv.AuditEvent, user string, startup window
 			continue
 		}
 		switch {
-		case ev.Verb == "delete" && ev.Resource == "volumeattachments":
+		case ev.Verb == "delete" && ev.Resource == "volumeattachments" && ev.Name != attachments.CacheProbe:
 			vaDeletes++
 		case (ev.Verb == "patch" || ev.Verb == "update") && ev.Resource == "nodes" && ev.Subresource == "status" && ev.Name != probeNode:
 			otherNodeWrites++
@@ -1009,11 +1011,12 @@ func findFirstWrites(events []testenv.AuditEvent, user string, takeovers []takeo
 }
 
 // attachDetachWrite tells whether a request creates or deletes a VolumeAttachment
-// or writes a node's status: the writes that attach and detach.
+// other than the cache probe, or writes a node's status: the writes that attach
+// and detach.
 func attachDetachWrite(ev testenv.AuditEvent) bool {
 	switch {
 	case ev.Resource == "volumeattachments":
-		return ev.Verb == "create" || ev.Verb == "delete"
+		return (ev.Verb == "create" || ev.Verb == "delete") && ev.Name != attachments.CacheProbe
 	case ev.Resource == "nodes" && ev.Subresource == "status":
 		return ev.Verb == "patch" || ev.Verb == "update"
 	}
