@@ -184,10 +184,9 @@ type Controller struct {
 	// presentWait is how long the start-up check gives an informer to apply
 	// the changes up to the present (see startup.go).
 	presentWait time.Duration
-	// cacheProbeSent tells that the start-up check sent the create of the
-	// cache probe, which is deleted once the check is over, as is any probe
-	// the informer shows from then on (see cacheprobe.go).
-	cacheProbeSent, probeCheckOver atomic.Bool
+	// deletesProbes tells that the controller runs to write, and deletes every
+	// cache probe its informer shows (see cacheprobe.go).
+	deletesProbes atomic.Bool
 }
 
 // Clients are the API clients the controller writes with.
@@ -367,6 +366,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	// VolumeAttachment informer's check may still run: after a hand-over, its
 	// list of every object takes longest. What rests on every VolumeAttachment
 	// waits for that check, and for the handlers to record what it proved.
+	c.deletesProbes.Store(!c.opts.Shadow)
 	check := c.startCheck(ctx)
 	if err := check.wait(ctx, "pods", "nodes"); err != nil {
 		return err
@@ -386,8 +386,6 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		return err
 	}
 	check.report(ctx)
-	c.probeCheckOver.Store(true)
-	go c.removeCacheProbe(ctx)
 	if err := c.waitForRecordedAttachments(ctx); err != nil {
 		return err
 	}

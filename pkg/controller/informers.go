@@ -414,7 +414,7 @@ func (c *Controller) enqueueNodeVolumes(node string) {
 func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
 		c.attachments.Observe(ctx, va)
-		if va.Name == attachments.CacheProbe && c.probeCheckOver.Load() {
+		if va.Name == attachments.CacheProbe && c.deletesProbes.Load() {
 			go c.removeCacheProbe(ctx)
 		}
 	}

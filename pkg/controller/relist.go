@@ -27,16 +27,17 @@ import (
 //     that the actual state records (what the event handlers have processed,
 //     not only what the informer's cache holds) or that a later quorum list no
 //     longer names (deleted since). The informer's cache stands for the list
-//     once it has applied every change up to a quorum read of one object taken
-//     after that (cacheAtPresent): it then holds that moment's objects or later
-//     ones, and those it no longer holds were deleted since.
+//     once it has applied every change up to the cache probe written after
+//     that, or a quorum read of one object where the probe cannot be written
+//     (cacheAtPresent, cacheprobe.go): it then holds that moment's objects or
+//     later ones, and those it no longer holds were deleted since.
 //
 // An end or failure during the proof starts it again. Multi-attach volumes,
 // in-tree iSCSI and Fibre Channel volumes (which have no VolumeAttachment) and
 // detaches do not wait. A watch the API server closes at its timeout (every 5 to
-// 10 minutes) costs a quorum read of one object, and one quorum list unless the
-// cache reaches the present within proofListAfter; the single-attach attaches of
-// that moment wait for the proof.
+// 10 minutes) costs the cache probe's create and delete, and one quorum list
+// unless the cache reaches the probe within proofListAfter; the single-attach
+// attaches of that moment wait for the proof.
 
 // proofListAfter is how long the proof after a lapse gives the informer's cache
 // to reach the present before it also lists every VolumeAttachment. When
@@ -44,8 +45,8 @@ import (
 // in milliseconds, and the list would only load the API server when it is
 // busiest: at 50,000 volumes on 5,000 nodes the watch ended 28 times while
 // attaching, and the proofs sent 767 pages of 500 VolumeAttachments, 19 of which
-// timed out after a minute. When none changes, the cache gets there only at a
-// bookmark, and the attaches wait this much longer for the list.
+// timed out after a minute. When none changes, the cache gets there by the
+// cache probe, or, where the probe cannot be written, only at a bookmark.
 const proofListAfter = time.Second
 
 // incompleteReason is why single-attach attaches wait while the proof runs.
@@ -107,7 +108,11 @@ func (c *Controller) attachmentsKnown(ctx context.Context, lapses uint64) (bool,
 	logger := klog.FromContext(ctx)
 	existing := c.listAttachments
 	held := c.informers.attachments.Informer().GetIndexer()
-	at, pending, err := cacheAtPresentOrList(ctx, c, c.presentVersion(attachmentsResource), held, c.listAttachments, proofListAfter)
+	present := c.presentVersion(attachmentsResource)
+	if r := c.attachmentsPresent(); r != nil {
+		present = r.read
+	}
+	at, pending, err := cacheAtPresentOrList(ctx, c, present, held, c.listAttachments, proofListAfter)
 	if at {
 		existing = c.cachedAttachments
 		pending, err = existing(ctx)

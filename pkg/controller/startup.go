@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,7 +70,7 @@ func (c *Controller) startCheck(ctx context.Context) *startupCheck {
 		{kind: "VolumeAttachment", listed: "VolumeAttachments", key: "attachments", behind: c.attachmentsBehind,
 			reads: inf.attachmentReads, lead: c.leads.attachments, held: inf.attachments.Informer().GetIndexer(),
 			presentVersion: c.presentVersion(attachmentsResource),
-			probe:          c.cacheProbe(),
+			probe:          c.attachmentsPresent(),
 			lapses:         c.attachmentWatches,
 			proven:         &c.attachmentsProven},
 		{kind: "Node", listed: "nodes", key: "nodes", behind: c.nodesBehind,
@@ -134,21 +133,13 @@ func (check *informerCheck) try(ctx context.Context, c *Controller, started time
 	}
 	lapses, resumed := check.lapsesNow()
 	present, listAfter := check.presentVersion, time.Duration(0)
-	var probed atomic.Bool
 	if check.probe != nil {
-		present, listAfter = func(ctx context.Context) (string, error) {
-			rv, err := check.probe(ctx)
-			if err == nil {
-				probed.Store(true)
-				return rv, nil
-			}
-			logger.Info("Could not write the cache probe; reading the present instead", "err", err)
-			return check.presentVersion(ctx)
-		}, probeListAfter
+		check.probe.probed.Store(false)
+		present, listAfter = check.probe.read, probeListAfter
 	}
 	at, behind, err := cacheAtPresentOrList(ctx, c, present, check.held, check.behind, listAfter)
 	switch {
-	case at && probed.Load():
+	case at && check.probe != nil && check.probe.probed.Load():
 		logger.V(2).Info("The " + check.kind + " informer has applied every change up to the cache probe")
 		check.pass("its cache past the probe", started)
 	case at:
@@ -293,9 +284,9 @@ type informerCheck struct {
 	lead           uint64
 	held           toolscache.Indexer
 	presentVersion func(context.Context) (string, error)
-	// probe, if not nil, writes an object of the resource and returns its
-	// resourceVersion, a present the cache reaches without a bookmark.
-	probe  func(context.Context) (string, error)
+	// probe, if not nil, reads the present by writing an object of the
+	// resource, a present the cache reaches without a bookmark.
+	probe  *presentReader
 	behind func(context.Context) (int, error)
 	lapses *watchrecord.Lapses
 	proven *provenLapses
