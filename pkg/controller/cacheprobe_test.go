@@ -85,6 +85,18 @@ func TestStartUpProvesAStandbysAttachmentsByTheCacheProbe(t *testing.T) {
 			}) {
 				t.Errorf("the probe is left once the informer showed it")
 			}
+			// A probe whose create answered late, or a stopped leader's, is
+			// deleted when the informer shows it.
+			if err := client.Tracker().Add(&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachments.CacheProbe}}); err != nil {
+				t.Fatal(err)
+			}
+			gone := eventually(5*time.Second, func() bool {
+				_, err := client.StorageV1().VolumeAttachments().Get(ctx, attachments.CacheProbe, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			})
+			if gone == tc.shadow {
+				t.Errorf("a probe made after the check: deleted %v, want %v", gone, !tc.shadow)
+			}
 		})
 	}
 }
