@@ -78,32 +78,46 @@ func TestCacheAtPresentOrList(t *testing.T) {
 
 // TestCacheAtPresentOrListAfterAHeadStart: given a head start, a cache that
 // reaches the present within it proves its informer current with no list sent;
-// one that does not is proven by the list sent after it.
+// one that does not is proven by the list, sent after the head start, or as soon
+// as the wait for the cache gives up (the present could not be read, or the
+// cache did not reach it within presentWait).
 func TestCacheAtPresentOrListAfterAHeadStart(t *testing.T) {
 	tests := []struct {
 		name        string
 		cached      string
+		presentErr  error
+		presentWait time.Duration
 		wantPresent bool
 		wantLists   int32
+		// wantListAt is when the list was sent, from the start.
+		wantListAt time.Duration
 	}{
-		{name: "the cache gets there first", cached: "12", wantPresent: true, wantLists: 0},
-		{name: "the cache is behind", cached: "9", wantLists: 1},
+		{name: "the cache gets there first", cached: "12", presentWait: 200 * time.Millisecond, wantPresent: true, wantLists: 0},
+		{name: "the cache is behind", cached: "9", presentWait: 5 * time.Second, wantLists: 1, wantListAt: time.Second},
+		{name: "the cache gives up before the head start ends", cached: "9", presentWait: 200 * time.Millisecond, wantLists: 1, wantListAt: 200 * time.Millisecond},
+		{name: "the present cannot be read", cached: "12", presentErr: errors.New("admission webhook denied the request"), presentWait: 5 * time.Second, wantLists: 1, wantListAt: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := &Controller{presentWait: 200 * time.Millisecond}
+				c := &Controller{presentWait: tc.presentWait}
 				cache := &toolscache.FakeCustomStore{LastStoreSyncResourceVersionFunc: func() string { return tc.cached }}
-				present := func(context.Context) (string, error) { return "10", nil }
+				present := func(context.Context) (string, error) { return "10", tc.presentErr }
 				var lists atomic.Int32
+				start := time.Now()
+				var listAt time.Duration
 				list := func(context.Context) (int, error) {
 					lists.Add(1)
+					listAt = time.Since(start)
 					return 7, nil
 				}
 				at, listed, err := cacheAtPresentOrList(t.Context(), c, present, cache, list, time.Second)
 				synctest.Wait()
 				if at != tc.wantPresent || lists.Load() != tc.wantLists {
 					t.Fatalf("at the present: %t after %d lists, want %t after %d", at, lists.Load(), tc.wantPresent, tc.wantLists)
+				}
+				if tc.wantLists > 0 && listAt != tc.wantListAt {
+					t.Errorf("the list was sent %s after the start, want %s", listAt, tc.wantListAt)
 				}
 				if !at && (listed != 7 || err != nil) {
 					t.Errorf("list's answer = %d, %v, want 7, nil", listed, err)
