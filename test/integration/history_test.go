@@ -18,6 +18,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/attachdetach-controller/attachdetach-controller/internal/suite"
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 )
 
 // history records, from its start on, every change the API server shows of the
@@ -119,6 +120,10 @@ func (h *history) stop() {
 }
 
 func (h *history) attachment(typ watch.EventType, va *storagev1.VolumeAttachment) {
+	if va.Name == attachments.CacheProbe {
+		// The record of no attachment: a new leader's proof of its cache.
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if typ == watch.Deleted {
@@ -171,7 +176,9 @@ func (h *history) waitCaughtUp() {
 		defer h.mu.Unlock()
 		want := map[string]types.UID{}
 		for _, va := range vas.Items {
-			want[va.Name] = va.UID
+			if va.Name != attachments.CacheProbe {
+				want[va.Name] = va.UID
+			}
 		}
 		if !maps.Equal(want, h.current) {
 			return fmt.Errorf("VolumeAttachments %v, recorded %v", want, h.current)
