@@ -46,7 +46,9 @@ import (
 // busiest: at 50,000 volumes on 5,000 nodes the watch ended 28 times while
 // attaching, and the proofs sent 767 pages of 500 VolumeAttachments, 19 of which
 // timed out after a minute. When none changes, the cache gets there by the
-// cache probe, or, where the probe cannot be written, only at a bookmark.
+// cache probe, or, where the probe cannot be written, only at a bookmark. The
+// start-up check gives the cache as long once it wrote the probe: on two cores
+// a list of 50,000 VolumeAttachments slows the rebuild beside it.
 const proofListAfter = time.Second
 
 // incompleteReason is why single-attach attaches wait while the proof runs.

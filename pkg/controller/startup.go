@@ -52,10 +52,12 @@ type startupCheck struct {
 // controller leads (see package watchrecord) and the informer holds each object
 // it returned, as that very object at that version or a later one. Otherwise,
 // as for a standby whose informers listed before it led, a quorum read of one
-// object gives the present's resourceVersion: an informer whose cache has
-// applied the changes up to it, in the order the API server made them, holds
-// the present or a later state (cacheAtPresent). Only if it does not does the
-// controller list every object.
+// object gives the present's resourceVersion, or, for VolumeAttachments, which
+// change least, the cache probe's create does (see cacheprobe.go): an informer
+// whose cache has applied the changes up to it, in the order the API server
+// made them, holds the present or a later state (cacheAtPresent). Only if it
+// does not does the controller list every object; after a probe, only once the
+// cache has had proofListAfter to get there.
 //
 // The three checks run side by side (Run fills the state once the pod and node
 // informers passed, beside the VolumeAttachment informer's), and one that
@@ -135,7 +137,7 @@ func (check *informerCheck) try(ctx context.Context, c *Controller, started time
 	present, listAfter := check.presentVersion, time.Duration(0)
 	if check.probe != nil {
 		check.probe.probed.Store(false)
-		present, listAfter = check.probe.read, probeListAfter
+		present, listAfter = check.probe.read, proofListAfter
 	}
 	at, behind, err := cacheAtPresentOrList(ctx, c, present, check.held, check.behind, listAfter)
 	switch {
@@ -251,12 +253,6 @@ func (c *Controller) claimBehind(ctx context.Context, key types.NamespacedName) 
 type informerLeads struct {
 	attachments, nodes, pods uint64
 }
-
-// probeListAfter is how long the VolumeAttachment informer's check waits for
-// its cache to reach the cache probe before it lists every VolumeAttachment
-// too: the probe's create and the watch event usually take milliseconds, and
-// on two cores a list of 50,000 VolumeAttachments slows the rebuild beside it.
-const probeListAfter = time.Second
 
 // presentWaitPeriod bounds the wait for an informer to apply the changes up to
 // the present's resourceVersion; a quorum list usually answers sooner.
