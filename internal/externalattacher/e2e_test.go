@@ -281,6 +281,14 @@ func TestExternalAttacher(t *testing.T) {
 			t.Errorf("finalizers %v, want %s even before the first successful attach", va.Finalizers, finalizer)
 		}
 
+		// The attacher marks a VolumeAttachment attached with a merge patch
+		// computed against its informer's copy: from a copy that does not hold
+		// the saved attachError yet, the patch leaves the error in place. So one
+		// more publish fails after the error shows, before the fault is cleared.
+		failed := len(h.driver.CallsFor(csidriver.OpPublish, handle))
+		suite.Eventually(t, suite.WaitTimeout, "another publish failing after the attachError shows", func() bool {
+			return len(h.driver.CallsFor(csidriver.OpPublish, handle)) > failed
+		})
 		h.driver.ClearFault(csidriver.OpPublish, handle)
 		h.waitVA(t, name, "attached with attachError cleared", func(va *storagev1.VolumeAttachment) bool {
 			return va.Status.Attached && va.Status.AttachError == nil
