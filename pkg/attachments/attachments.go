@@ -25,7 +25,6 @@ import (
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/populator"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
-	"github.com/attachdetach-controller/attachdetach-controller/pkg/watchrecord"
 )
 
 // Listers are the informer caches the recorder reads.
@@ -84,13 +83,10 @@ type Recorder struct {
 	cfg Config
 	// mu keeps the event handlers out while the periodic pass compares.
 	mu sync.Mutex
-	// handled is the resourceVersion of the version of each object that the
-	// event handlers recorded last, by name.
-	handled map[string]string
 }
 
 // New returns a Recorder.
-func New(cfg Config) *Recorder { return &Recorder{cfg: cfg, handled: map[string]string{}} }
+func New(cfg Config) *Recorder { return &Recorder{cfg: cfg} }
 
 // Observe records an object the informer added or updated, then passes it to
 // the operations waiting for it.
@@ -99,7 +95,6 @@ func (r *Recorder) Observe(ctx context.Context, va *storagev1.VolumeAttachment) 
 	if va.Name != CacheProbe {
 		r.observe(ctx, va)
 	}
-	r.handled[va.Name] = va.ResourceVersion
 	r.mu.Unlock()
 	r.cfg.Executor.ObserveVolumeAttachment(va.Name, va)
 }
@@ -109,21 +104,6 @@ func (r *Recorder) Deleted(va *storagev1.VolumeAttachment) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.forget(va.Name, va.UID)
-	delete(r.handled, va.Name)
-}
-
-// NotHandled returns the objects of vas that the event handlers have not
-// recorded, at that version or a later one.
-func (r *Recorder) NotHandled(vas []*storagev1.VolumeAttachment) []*storagev1.VolumeAttachment {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var not []*storagev1.VolumeAttachment
-	for _, va := range vas {
-		if have, ok := r.handled[va.Name]; !ok || !watchrecord.AtLeastVersion(have, va.ResourceVersion) {
-			not = append(not, va)
-		}
-	}
-	return not
 }
 
 // IdentifyOnNode looks again at the objects on the node whose volume was not

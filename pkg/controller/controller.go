@@ -184,9 +184,21 @@ type Controller struct {
 	// presentWait is how long the start-up check gives an informer to apply
 	// the changes up to the present (see startup.go).
 	presentWait time.Duration
-	// deletesProbes tells that the controller runs to write, and deletes every
-	// cache probe its informer shows (see cacheprobe.go).
-	deletesProbes atomic.Bool
+	// writing is the context of Run once it runs to write (not in shadow mode):
+	// the event handlers, which may have been registered in standby (Prepare),
+	// delete every cache probe the informer shows under it (see cacheprobe.go),
+	// so that no such write outlives the lead.
+	writing atomic.Pointer[context.Context]
+	// delivered tells, per informer, what its event handler has finished with;
+	// attachmentsDelivered is the VolumeAttachment informer's (see delivered.go).
+	delivered            []*delivered
+	attachmentsDelivered *delivered
+	// filled tells that the state was filled (see fill), and leading, closed
+	// when Run starts, ends the evaluations of a standby that Prepare filled it;
+	// standbyDrained is closed once they ended.
+	filled         bool
+	leading        chan struct{}
+	standbyDrained chan struct{}
 }
 
 // Clients are the API clients the controller writes with.
@@ -210,7 +222,8 @@ type Clients struct {
 }
 
 // New builds a controller on the factory's informers, which may already run
-// (StartInformers). It writes nothing before Run. Call it once the process leads.
+// (StartInformers). It writes nothing before Run. A standby may make it before it
+// leads and Prepare it; Run then starts the lead.
 func New(clients Clients, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *metrics.Metrics, opts Options) (*Controller, error) {
 	client := clients.API
 	if err := opts.Validate(); err != nil {
@@ -232,15 +245,12 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		metrics:   m,
 
 		attachmentWatches: inf.attachmentWatches,
-		leads: informerLeads{
-			attachments: inf.attachmentReads.Lead(),
-			nodes:       inf.nodeReads.Lead(),
-			pods:        inf.podReads.Lead(),
-		},
-		deletedNodes:  newDeletedNodesQueue(),
-		backoffExpiry: backoffExpiryPeriod,
-		presentWait:   presentWaitPeriod,
+		deletedNodes:      newDeletedNodesQueue(),
+		backoffExpiry:     backoffExpiryPeriod,
+		presentWait:       presentWaitPeriod,
+		leading:           make(chan struct{}),
 	}
+	c.recordLead()
 	if opts.Shadow {
 		for _, e := range shadow.Expectations {
 			m.ExportShadowComparisons(string(e))
@@ -286,7 +296,14 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		Pods:                  inf.podGaps,
 	})
 	c.attachments = c.newAttachments(inf.attachments.Lister())
-	err = m.RegisterState(metrics.StateSource{
+	return c, nil
+}
+
+// exportState registers the state's metrics. Only the leader exports them: a
+// standby's state (Prepare) would count every volume twice in a sum over
+// replicas.
+func (c *Controller) exportState() error {
+	err := c.metrics.RegisterState(metrics.StateSource{
 		DesiredVolumes:   c.desired.VolumeCount,
 		Attachments:      c.actual.Counts,
 		ReconcileBacklog: c.reconciler.QueueLength,
@@ -299,12 +316,21 @@ func New(clients Clients, factory informers.SharedInformerFactory, recorder reco
 		AttachmentsUnproven: func() bool { return c.actual.Incomplete() != "" },
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := m.SetUnmountPolicies(unmountPolicies(opts)); err != nil {
-		return nil, err
+	return c.metrics.SetUnmountPolicies(unmountPolicies(c.opts))
+}
+
+// recordLead records what the informers' records of quorum reads return now:
+// the process leads from then on, so a quorum read sent since shows every write
+// of an earlier leader. New records it, for a controller made by a leader, and
+// Run again, for one a standby made.
+func (c *Controller) recordLead() {
+	c.leads = informerLeads{
+		attachments: c.informers.attachmentReads.Lead(),
+		nodes:       c.informers.nodeReads.Lead(),
+		pods:        c.informers.podReads.Lead(),
 	}
-	return c, nil
 }
 
 // newAttachments returns the recorder of the VolumeAttachments vas lists.
@@ -342,6 +368,60 @@ func unmountPolicies(opts Options) (map[string]time.Duration, map[string]bool) {
 	return waits, never
 }
 
+// Prepare fills the state from the informers and writes nothing. A standby calls
+// it once its informers have synced, so that a take-over (Run) only proves them
+// current and applies what changed since: the event handlers it registers keep
+// the state following the informers, and the pods they queue are evaluated one
+// at a time while the standby waits. Call Run only after Prepare returned.
+func (c *Controller) Prepare(ctx context.Context) error {
+	// A standby that stops before it leads stops its queues with ctx.
+	context.AfterFunc(ctx, c.shutDownQueues)
+	if err := c.startInformers(ctx); err != nil {
+		return err
+	}
+	if _, err := c.fill(ctx); err != nil {
+		return err
+	}
+	c.standbyDrained = make(chan struct{})
+	go func() {
+		defer close(c.standbyDrained)
+		c.populator.Drain(ctx, 1, c.leading)
+	}()
+	return nil
+}
+
+// startInformers starts the informers that do not run yet, and waits until they
+// all have synced: a pod is evaluated only from synced caches of claims,
+// PersistentVolumes and CSIDrivers, whose objects held then re-evaluate no pod.
+func (c *Controller) startInformers(ctx context.Context) error {
+	c.factory.Start(ctx.Done())
+	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	return nil
+}
+
+// shutDownQueues stops the queues; the workers that take from them end.
+func (c *Controller) shutDownQueues() {
+	c.populator.ShutDown()
+	c.reconciler.ShutDown()
+	c.status.ShutDown()
+	c.deletedNodes.ShutDown()
+}
+
+// fill registers the event handlers, and returns once they delivered what the
+// informers hold and the pods they queued are evaluated, with how many
+// evaluations it made.
+func (c *Controller) fill(ctx context.Context) (int, error) {
+	// Everything is queued for a first look; the volumes that may need an
+	// attach or a detach go first (Release).
+	c.reconciler.Hold()
+	c.filled = true
+	return c.fillState(ctx)
+}
+
 // Run starts the informers, rebuilds the state from them before the first
 // decision, calls onReady, and then reconciles until ctx ends. It returns once the
 // operations that were running have ended, or ShutdownGrace after ctx ended.
@@ -350,51 +430,59 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	if c.metadata == nil {
 		return errors.New("the controller runs with a metadata client (Clients.Metadata) for its start-up check")
 	}
-	defer c.populator.ShutDown()
-	defer c.reconciler.ShutDown()
-	defer c.status.ShutDown()
-	defer c.deletedNodes.ShutDown()
+	c.recordLead()
+	if err := c.exportState(); err != nil {
+		return err
+	}
+	defer c.shutDownQueues()
 	c.attachmentWatches.Follow(0, c.markIncomplete(ctx))
 	c.informers.podGaps.Follow(c.judgeWaitsAgain)
-	c.factory.Start(ctx.Done())
-	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync", typ)
+	if err := c.startInformers(ctx); err != nil {
+		return err
+	}
+	if !c.opts.Shadow {
+		c.writing.Store(&ctx)
+	}
+	// The state is filled (unless a standby filled it) while the informers are
+	// proven current. The handlers then finish with what the proven caches hold,
+	// and the pods they queued are evaluated. What rests on every
+	// VolumeAttachment waits for that informer's check, which takes longest.
+	check := c.startCheck(ctx)
+	close(c.leading)
+	started, inStandby := time.Now(), c.filled
+	evaluated := 0
+	if !c.filled {
+		var err error
+		if evaluated, err = c.fill(ctx); err != nil {
+			return err
 		}
 	}
-	// The state is filled once pods and nodes are proven current, while the
-	// VolumeAttachment informer's check may still run: after a hand-over, its
-	// list of every object takes longest. What rests on every VolumeAttachment
-	// waits for that check, and for the handlers to record what it proved.
-	c.deletesProbes.Store(!c.opts.Shadow)
-	check := c.startCheck(ctx)
 	if err := check.wait(ctx, "pods", "nodes"); err != nil {
 		return err
 	}
 	if err := c.waitForClaimsOfPods(ctx); err != nil {
 		return err
 	}
-	started := time.Now()
-	// Everything is queued for a first look; the volumes that may need an
-	// attach or a detach go first (Release).
-	c.reconciler.Hold()
-	evaluated, err := c.fillState(ctx)
-	if err != nil {
+	if err := c.waitForHandlers(ctx, c.delivered...); err != nil {
 		return err
 	}
+	if c.standbyDrained != nil {
+		<-c.standbyDrained
+	}
+	evaluated += c.populator.Drain(ctx, c.opts.Workers, c.leading)
 	if err := check.wait(ctx); err != nil {
 		return err
 	}
 	check.report(ctx)
-	if err := c.waitForRecordedAttachments(ctx); err != nil {
+	if err := c.waitForHandlers(ctx, c.attachmentsDelivered); err != nil {
 		return err
 	}
 	if err := c.hideDetaching(); err != nil {
 		return err
 	}
 	total, attached := c.actual.Counts()
-	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started), "podEvaluations", evaluated,
-		"desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
+	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started), "filledInStandby", inStandby,
+		"podEvaluations", evaluated, "desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	proven := uint64(0)
 	if p := c.attachmentsProven; p.ok && c.attachmentWatches.IfNoLapseSince(p.lapses, func() { c.actual.SetIncomplete("") }) {

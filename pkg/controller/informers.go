@@ -53,9 +53,10 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 	return nil
 }
 
-// InformersSyncedLine is logged once a standby's informers have synced: from then
-// on it is ready to take over from memory.
-const InformersSyncedLine = "Informers synced: ready to take over"
+// PreparedLine is logged once a standby's informers have synced and its state
+// is filled from them (Controller.Prepare): from then on it is ready to take over
+// from memory.
+const PreparedLine = "Informers synced and state filled: ready to take over"
 
 // WaitForInformers waits until every informer started from factory has synced,
 // and tells whether they all did before ctx ended.
@@ -179,8 +180,9 @@ func CheckCanList(ctx context.Context, client kubernetes.Interface) error {
 // object the informer held when it was registered.
 func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChecker, error) {
 	type handler struct {
-		informer toolscache.SharedIndexInformer
-		funcs    toolscache.ResourceEventHandler
+		informer    toolscache.SharedIndexInformer
+		funcs       toolscache.ResourceEventHandler
+		attachments bool
 	}
 	// A claim, PersistentVolume or CSIDriver the informer held when its handler
 	// was registered (initial) re-evaluates no pod: every pod held then is
@@ -190,26 +192,26 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 			AddFunc:    c.enqueuePod,
 			UpdateFunc: func(oldObj, obj any) { c.onPodUpdate(ctx, oldObj, obj) },
 			DeleteFunc: func(obj any) { c.onPodDelete(ctx, obj) },
-		}},
+		}, false},
 		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    unlessInitial(c.onClaim),
 			UpdateFunc: func(_, obj any) { c.onClaim(obj) },
 			DeleteFunc: c.onClaim,
-		}},
+		}, false},
 		{c.informers.pvs.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { c.onPV(ctx, obj, !initial) },
 			UpdateFunc: func(_, obj any) { c.onPV(ctx, obj, true) },
 			DeleteFunc: func(obj any) { c.onPV(ctx, obj, true) },
-		}},
+		}, false},
 		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    unlessInitial(c.onCSIDriver),
 			UpdateFunc: func(_, obj any) { c.onCSIDriver(obj) },
 			DeleteFunc: c.onCSIDriver,
-		}},
+		}, false},
 		{c.informers.csiNodes.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onCSINode(obj) },
 			UpdateFunc: func(_, obj any) { c.onCSINode(obj) },
-		}},
+		}, false},
 		{c.informers.nodes.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) {
 				c.onNode(nil, obj)
@@ -220,16 +222,22 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 				c.identifyOnNode(ctx, obj)
 			},
 			DeleteFunc: c.onNodeDelete,
-		}},
+		}, false},
 		{c.informers.attachments.Informer(), toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onVolumeAttachment(ctx, obj) },
 			UpdateFunc: func(_, obj any) { c.onVolumeAttachment(ctx, obj) },
 			DeleteFunc: c.onVolumeAttachmentDelete,
-		}},
+		}, true},
 	}
 	synced := make([]toolscache.DoneChecker, 0, len(handlers))
 	for _, h := range handlers {
-		reg, err := h.informer.AddEventHandler(interleave.Handler(ctx, h.funcs))
+		d := newDelivered(h.informer.GetStore())
+		if h.attachments {
+			c.attachmentsDelivered = d
+		} else {
+			c.delivered = append(c.delivered, d)
+		}
+		reg, err := h.informer.AddEventHandler(interleave.Handler(ctx, d.handler(h.funcs)))
 		if err != nil {
 			return nil, fmt.Errorf("registering an event handler: %w", err)
 		}
@@ -414,8 +422,8 @@ func (c *Controller) enqueueNodeVolumes(node string) {
 func (c *Controller) onVolumeAttachment(ctx context.Context, obj any) {
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok {
 		c.attachments.Observe(ctx, va)
-		if va.Name == attachments.CacheProbe && c.deletesProbes.Load() {
-			go c.removeCacheProbe(ctx)
+		if writing := c.writing.Load(); writing != nil && va.Name == attachments.CacheProbe {
+			go c.removeCacheProbe(*writing)
 		}
 	}
 }

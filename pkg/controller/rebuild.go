@@ -3,12 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
-	"time"
 
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/cache"
@@ -82,23 +78,17 @@ func (c *Controller) hideDetaching() error {
 	return nil
 }
 
-// waitForRecordedAttachments waits until the event handlers have recorded every
-// VolumeAttachment the informer holds now, at that version or a later one, or
-// the informer no longer holds it. After the informer was proven current, the
-// actual state then records the present too.
-func (c *Controller) waitForRecordedAttachments(ctx context.Context) error {
-	lister := c.informers.attachments.Lister()
-	pending, err := lister.List(labels.Everything())
-	if err != nil {
-		return fmt.Errorf("listing VolumeAttachments from the informer: %w", err)
+// waitForHandlers waits until each informer's event handler has finished with
+// every object its cache holds now, at that version or a later one, or the cache
+// no longer holds that object. After the informer was proven current, what the
+// handler records then holds the present too.
+func (c *Controller) waitForHandlers(ctx context.Context, informers ...*delivered) error {
+	for _, d := range informers {
+		if err := d.caughtUp(ctx); err != nil {
+			return err
+		}
 	}
-	return wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
-		pending = slices.DeleteFunc(c.attachments.NotHandled(pending), func(va *storagev1.VolumeAttachment) bool {
-			now, err := lister.Get(va.Name)
-			return err != nil || now.UID != va.UID
-		})
-		return len(pending) == 0, nil
-	})
+	return nil
 }
 
 // multiAttachOf tells whether a volume known only by name may be attached to

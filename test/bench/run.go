@@ -65,7 +65,7 @@ const (
 // once the Lease is free, and its informers synced, which is when its /readyz
 // turns OK and a rolling update would stop the leader.
 var standbyLines = map[controllerKind][]string{
-	thisController:     {leasewatch.WatchingLine, controller.InformersSyncedLine},
+	thisController:     {leasewatch.WatchingLine, controller.PreparedLine},
 	upstreamController: {"Attempting to acquire leader lease"},
 }
 

@@ -161,7 +161,7 @@ func (r *replica) waitLog(pattern string) string {
 func (r *replica) waitStandby() {
 	r.t.Helper()
 	r.waitLog(`"Another replica leads"`)
-	r.waitLog(regexp.QuoteMeta(controller.InformersSyncedLine))
+	r.waitLog(regexp.QuoteMeta(controller.PreparedLine))
 	suite.Eventually(r.t, logTimeout, "the standby's /readyz to answer OK", func() bool {
 		code, _ := r.get("/readyz")
 		return code == http.StatusOK

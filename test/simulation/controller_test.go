@@ -72,28 +72,40 @@ func (cs *controllers) start() {
 	factory := controller.NewInformerFactory(api)
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), cs.trace.Logger(name, 4)))
 	// Half the incarnations start as a standby does, with informers that listed
-	// before the controller led: their lists prove nothing at start-up.
+	// before the controller led: their lists prove nothing at start-up. Half of
+	// those also fill their state while they wait (Prepare), as a standby does
+	// once its informers synced: it follows the informers until it leads.
 	var standby time.Duration
+	var prepares bool
 	if rng := cs.plan.rng("standby", id); rng.IntN(2) == 0 {
 		standby = time.Duration(rng.Int64N(int64(3 * time.Second)))
 		if err := controller.StartInformers(ctx, factory); err != nil {
 			panic(fmt.Sprintf("simulation: controller.StartInformers: %v", err))
 		}
-		cs.trace.Addf("%s: informers started %s before it leads, as a standby's", name, standby)
+		prepares = cs.plan.rng("prepares", id).IntN(2) == 0
+		cs.trace.Addf("%s: informers started %s before it leads, as a standby's (state filled meanwhile: %v)", name, standby, prepares)
 	}
 	ctx = interleave.WithScheduler(ctx, newScheduler(cs.plan, id, ctx.Done()))
 	cs.current = &incarnation{id: id, client: client, cancel: cancel}
 	cs.trace.Addf("%s: starting (workers %d, status workers %d, operation timeout %s)", name, cs.plan.opts.Workers, cs.plan.opts.StatusWorkers, cs.plan.opts.OperationTimeout)
 	cs.running.Go(func() {
-		time.Sleep(standby)
 		c, err := controller.New(controller.Clients{API: api, NodeStatus: api, Metadata: metadataview.Of(api)}, factory, recorder{trace: cs.trace, who: name}, metrics.New(), cs.plan.opts)
 		if err != nil {
 			panic(fmt.Sprintf("simulation: controller.New: %v", err))
 		}
-		err = c.Run(ctx, func() {
-			cs.trace.Addf("%s: ready", name)
-			cs.checker.ControllerReady()
-		})
+		prepared := make(chan error, 1)
+		if prepares {
+			go func() { prepared <- c.Prepare(ctx) }()
+		} else {
+			prepared <- nil
+		}
+		time.Sleep(standby)
+		if err = <-prepared; err == nil {
+			err = c.Run(ctx, func() {
+				cs.trace.Addf("%s: ready", name)
+				cs.checker.ControllerReady()
+			})
+		}
 		cancel()
 		factory.Shutdown()
 		cs.trace.Addf("%s: stopped (Run returned %v)", name, err)

@@ -108,9 +108,23 @@ func Run(ctx context.Context, o *Options) error {
 		defer stop()
 	}
 
+	// The events are written only while this replica leads (runController); the
+	// recorder exists before, for the controller a standby prepares.
+	var recorder record.EventRecorder = discardEvents{}
+	var events *eventsink.Recorder
+	if !o.Controller.Shadow {
+		events = eventsink.New(logger, eventClient.CoreV1(), scheme.Scheme, eventsink.Options{
+			Source:  v1.EventSource{Component: podevents.Component},
+			Dropped: m.ObserveDroppedEvent,
+		})
+		recorder = events
+	}
+
 	// With leader election the informers run for the whole process, from before
-	// the election: a standby keeps its caches filled, so that a fail-over costs
-	// the lease's expiry and a rebuild from memory, not a list of every object (see
+	// the election, and a standby fills the controller's state from them once
+	// they synced (Prepare) and keeps it following them: a take-over then costs
+	// the lease's expiry, the proof that the informers hold the present, and what
+	// changed since, not a list of every object nor a rebuild (see
 	// docs/deploy.md). Without it the process leads from the start, and the
 	// controller starts them: their first lists, sent once it leads, then prove
 	// that they hold the present, with no second list.
@@ -118,6 +132,18 @@ func Run(ctx context.Context, o *Options) error {
 	informersCtx, stopInformers := context.WithCancel(ctx)
 	defer factory.Shutdown()
 	defer stopInformers()
+	newController := sync.OnceValues(func() (*controller.Controller, error) {
+		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Metadata: metadataClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
+		if err != nil || !o.LeaderElect {
+			return c, err
+		}
+		started := time.Now()
+		if err := c.Prepare(informersCtx); err != nil {
+			return nil, fmt.Errorf("filling the state in standby: %w", err)
+		}
+		logger.Info(controller.PreparedLine, "duration", time.Since(started))
+		return c, nil
+	})
 	if o.LeaderElect {
 		if err := controller.StartInformers(informersCtx, factory); err != nil {
 			return err
@@ -125,10 +151,14 @@ func Run(ctx context.Context, o *Options) error {
 		listed := gc.catchUp()
 		go func() {
 			defer listed()
-			if controller.WaitForInformers(informersCtx, factory) {
-				ready.synced.Store(true)
-				logger.Info(controller.InformersSyncedLine)
+			if !controller.WaitForInformers(informersCtx, factory) {
+				return
 			}
+			if _, err := newController(); err != nil {
+				logger.Error(err, "Standby not ready to take over")
+				return
+			}
+			ready.synced.Store(true)
 		}()
 	}
 
@@ -138,12 +168,7 @@ func Run(ctx context.Context, o *Options) error {
 		ready.leading.Store(true)
 		m.IsLeader.Set(1)
 		defer m.IsLeader.Set(0)
-		var recorder record.EventRecorder = discardEvents{}
-		if !o.Controller.Shadow {
-			events := eventsink.New(logger, eventClient.CoreV1(), scheme.Scheme, eventsink.Options{
-				Source:  v1.EventSource{Component: podevents.Component},
-				Dropped: m.ObserveDroppedEvent,
-			})
+		if events != nil {
 			// The writer stops, after the controller, before this replica can
 			// give up the lease: an event is a write too.
 			eventsCtx, stopEvents := context.WithCancel(ctx)
@@ -151,10 +176,8 @@ func Run(ctx context.Context, o *Options) error {
 			writer.Go(func() { events.Run(eventsCtx) })
 			defer writer.Wait()
 			defer stopEvents()
-			recorder = events
 		}
-
-		c, err := controller.New(controller.Clients{API: client, NodeStatus: statusClient, Metadata: metadataClient, Backlog: limiter.Backlog}, factory, recorder, m, o.Controller)
+		c, err := newController()
 		if err != nil {
 			return err
 		}
