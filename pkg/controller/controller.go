@@ -449,7 +449,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 	// VolumeAttachment waits for that informer's check, which takes longest.
 	check := c.startCheck(ctx)
 	close(c.leading)
-	started, inStandby := time.Now(), c.filled
+	started, prepared := time.Now(), c.filled
 	evaluated := 0
 	if !c.filled {
 		var err error
@@ -481,7 +481,7 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		return err
 	}
 	total, attached := c.actual.Counts()
-	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started), "filledInStandby", inStandby,
+	logger.Info("State rebuilt, starting to reconcile", "duration", time.Since(started), "prepared", prepared,
 		"podEvaluations", evaluated, "desiredVolumes", c.desired.VolumeCount(), "volumeAttachments", total, "attached", attached)
 
 	proven := uint64(0)
