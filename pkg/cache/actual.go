@@ -131,15 +131,7 @@ func (p *pair) view(volume volumename.UniqueName, node string) OnNode {
 }
 
 func (p *pair) reported() bool {
-	if p.hidden {
-		return false
-	}
-	for _, a := range p.objects {
-		if a.Attached {
-			return true
-		}
-	}
-	return false
+	return !p.hidden && p.attached()
 }
 
 // ActualState records the attachments that exist, from VolumeAttachment objects
@@ -506,6 +498,34 @@ func (s *ActualState) VolumesOnNode(node string) []volumename.UniqueName {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return sortedVolumeNames(s.nodeVols[node])
+}
+
+// AttachedOnNode returns the volumes of which an object on the node is attached,
+// in no order.
+func (s *ActualState) AttachedOnNode(node string) []volumename.UniqueName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []volumename.UniqueName
+	for name := range s.nodeVols[node] {
+		if p := s.pairs[name][node]; p != nil && p.attached() {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// NodesWithObjects returns the nodes where an object of the volume is recorded,
+// in no order.
+func (s *ActualState) NodesWithObjects(name volumename.UniqueName) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for node, p := range s.pairs[name] {
+		if len(p.objects) > 0 {
+			out = append(out, node)
+		}
+	}
+	return out
 }
 
 // HasNode tells whether anything is recorded on the node, identified or not.

@@ -242,6 +242,16 @@ func (d *DesiredState) Volume(name volumename.UniqueName) (DesiredVolume, bool) 
 	return out, true
 }
 
+// NodesOf returns the nodes where some pod needs the volume, in no order.
+func (d *DesiredState) NodesOf(name volumename.UniqueName) []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if vol, ok := d.volumes[name]; ok {
+		return slices.Collect(maps.Keys(vol.nodes))
+	}
+	return nil
+}
+
 // IsDesired tells whether some pod on the node needs the volume.
 func (d *DesiredState) IsDesired(name volumename.UniqueName, node string) bool {
 	d.mu.RLock()

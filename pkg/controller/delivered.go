@@ -65,30 +65,28 @@ func (d *delivered) record(obj any) {
 	d.mu.Unlock()
 }
 
-// pending returns the objects of held whose version, or a later one, the
-// handler has not finished with.
-func (d *delivered) pending(held []any) []any {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.DeleteFunc(held, func(obj any) bool {
-		o, err := meta.Accessor(obj)
-		if err != nil {
-			return true
-		}
-		have, ok := d.versions[objectKey(obj)]
-		return ok && watchrecord.AtLeastVersion(have, o.GetResourceVersion())
-	})
-}
-
 // caughtUp waits until the handler has finished with every object the cache
 // holds now, at that version or a later one, or the cache no longer holds that
-// object: deleted or replaced, its end reaches the handler after it.
+// key: the object's deletion reaches the handler after that version.
 func (d *delivered) caughtUp(ctx context.Context) error {
-	held := d.pending(d.store.List())
+	type version struct{ key, want string }
+	var held []version
+	for _, key := range d.store.ListKeys() {
+		if obj, exists, err := d.store.GetByKey(key); err == nil && exists {
+			if o, err := meta.Accessor(obj); err == nil {
+				held = append(held, version{key, o.GetResourceVersion()})
+			}
+		}
+	}
 	err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
-		held = slices.DeleteFunc(d.pending(held), func(obj any) bool {
-			now, exists, err := d.store.Get(obj)
-			return err != nil || !exists || !sameObject(now, obj)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		held = slices.DeleteFunc(held, func(v version) bool {
+			if have, ok := d.versions[v.key]; ok && (have == v.want || watchrecord.AtLeastVersion(have, v.want)) {
+				return true
+			}
+			_, exists, err := d.store.GetByKey(v.key)
+			return err == nil && !exists
 		})
 		return len(held) == 0, nil
 	})
@@ -96,11 +94,4 @@ func (d *delivered) caughtUp(ctx context.Context) error {
 		return fmt.Errorf("%d objects not yet given to the event handler: %w", len(held), err)
 	}
 	return nil
-}
-
-// sameObject tells whether a and b are versions of one object (one UID).
-func sameObject(a, b any) bool {
-	x, errA := meta.Accessor(a)
-	y, errB := meta.Accessor(b)
-	return errA == nil && errB == nil && x.GetUID() == y.GetUID()
 }

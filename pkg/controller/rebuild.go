@@ -68,9 +68,8 @@ func (c *Controller) hideDetaching() error {
 				c.actual.AddReportOnly(name, n.Name, c.multiAttachOf(name))
 			}
 		}
-		for _, v := range c.actual.VolumesOnNode(n.Name) {
-			on, ok := c.actual.Get(v, n.Name)
-			if ok && on.Attached() && !listed[v] && !c.desired.IsDesired(v, n.Name) {
+		for _, v := range c.actual.AttachedOnNode(n.Name) {
+			if !listed[v] && !c.desired.IsDesired(v, n.Name) {
 				c.actual.SetHiddenFromNodeStatus(v, n.Name, true)
 			}
 		}

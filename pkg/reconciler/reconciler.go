@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,23 +154,9 @@ func (r *Reconciler) Release() {
 // and has no VolumeAttachment for it, or a node has one and does not need it.
 // Only the order of the first reconciles rests on it.
 func (r *Reconciler) mayAct(name volumename.UniqueName) bool {
-	desired, _ := r.cfg.Desired.Volume(name)
-	recorded := make(map[string]bool)
-	for _, on := range r.cfg.Actual.Volume(name) {
-		if len(on.Objects) == 0 {
-			continue
-		}
-		if _, needed := desired.Nodes[on.Node]; !needed {
-			return true
-		}
-		recorded[on.Node] = true
-	}
-	for node := range desired.Nodes {
-		if !recorded[node] {
-			return true
-		}
-	}
-	return false
+	needed := r.cfg.Desired.NodesOf(name)
+	recorded := r.cfg.Actual.NodesWithObjects(name)
+	return len(needed) != len(recorded) || slices.ContainsFunc(recorded, func(node string) bool { return !slices.Contains(needed, node) })
 }
 
 // QueueLength returns how many volumes wait to be reconciled.
