@@ -356,8 +356,11 @@ func (c *Controller) onNode(oldObj, newObj any) {
 	if nodeDecisionsChanged(prev, now) {
 		c.enqueueNodeVolumes(node.Name)
 	}
+	// A node deleted and created again under its name while the informer did
+	// not watch comes back from its relist as an update: the new object holds
+	// none of the old one's status, whatever the two copies show.
 	old, _ := oldObj.(*v1.Node)
-	if now.Managed && (old == nil || prev.Managed != now.Managed ||
+	if now.Managed && (old == nil || old.UID != node.UID || prev.Managed != now.Managed ||
 		!equality.Semantic.DeepEqual(old.Status.VolumesAttached, node.Status.VolumesAttached)) {
 		c.status.Enqueue(node.Name)
 	}
