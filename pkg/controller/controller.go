@@ -474,6 +474,14 @@ func (c *Controller) Run(ctx context.Context, onReady func()) error {
 		return err
 	}
 	check.report(ctx)
+	// A probe of an earlier leader that the informer showed while this
+	// controller waited as a standby, writing nothing, is deleted now; those
+	// it shows from here on, its handler deletes.
+	if writing := c.writing.Load(); writing != nil {
+		if _, err := c.informers.attachments.Lister().Get(attachments.CacheProbe); err == nil {
+			go c.removeCacheProbe(*writing)
+		}
+	}
 	if err := c.waitForHandlers(ctx, c.attachmentsDelivered); err != nil {
 		return err
 	}

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/attachdetach-controller/attachdetach-controller/pkg/attachments"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/interleave"
 	"github.com/attachdetach-controller/attachdetach-controller/pkg/volumename"
 )
@@ -158,5 +161,36 @@ func TestAStandbyEvaluatesWhatChangedWhileItWaited(t *testing.T) {
 	runUntilReady(t, c)
 	if !c.desired.IsDesired(vol, "node-a") {
 		t.Error("the take-over lost the pod's volume")
+	}
+}
+
+// TestAStandbyDeletesTheProbeItSawBeforeItLed: a standby writes nothing, so its
+// handler leaves the cache probe an earlier leader did not delete. Once it leads
+// it deletes that probe, also when its start-up check writes none of its own
+// (here the API server refuses the create); the handler, which saw the probe
+// already, is not told again. Found by the simulation (seeds 138073, 139188 and
+// 139802 of a soak).
+func TestAStandbyDeletesTheProbeItSawBeforeItLed(t *testing.T) {
+	client := fake.NewClientset(node("node-a", nil, nil))
+	stampCreatedAttachments(client, true)
+	c := standbyControllerWithoutPass(t, client)
+	if err := c.Prepare(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Tracker().Add(&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachments.CacheProbe}}); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool {
+		_, err := c.informers.attachments.Lister().Get(attachments.CacheProbe)
+		return err == nil
+	}) {
+		t.Fatal("the informer never showed the probe")
+	}
+	ctx := runUntilReady(t, c)
+	if !eventually(10*time.Second, func() bool {
+		_, err := client.StorageV1().VolumeAttachments().Get(ctx, attachments.CacheProbe, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}) {
+		t.Error("the probe seen before the lead is left")
 	}
 }
