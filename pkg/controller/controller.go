@@ -395,12 +395,7 @@ func (c *Controller) Prepare(ctx context.Context) error {
 // PersistentVolumes and CSIDrivers, whose objects held then re-evaluate no pod.
 func (c *Controller) startInformers(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
-	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync", typ)
-		}
-	}
-	return nil
+	return WaitForInformers(ctx, c.factory)
 }
 
 // shutDownQueues stops the queues; the workers that take from them end.

@@ -54,6 +54,19 @@ func runningController(t *testing.T, objs ...runtime.Object) *Controller {
 // the context it runs in.
 func runUntilReady(t *testing.T, c *Controller) context.Context {
 	t.Helper()
+	ctx, ready := startRun(t, c)
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the controller did not start")
+	}
+	return ctx
+}
+
+// startRun runs c until the test ends, and returns the context it runs in and a
+// channel closed once it reconciles.
+func startRun(t *testing.T, c *Controller) (context.Context, <-chan struct{}) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})
@@ -68,12 +81,7 @@ func runUntilReady(t *testing.T, c *Controller) context.Context {
 		<-done
 		c.factory.Shutdown()
 	})
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the controller did not start")
-	}
-	return ctx
+	return ctx, ready
 }
 
 // eventually polls cond until it holds or the deadline passes.

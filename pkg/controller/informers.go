@@ -59,14 +59,14 @@ func StartInformers(ctx context.Context, factory informers.SharedInformerFactory
 const PreparedLine = "Informers synced and state filled: ready to take over"
 
 // WaitForInformers waits until every informer started from factory has synced,
-// and tells whether they all did before ctx ended.
-func WaitForInformers(ctx context.Context, factory informers.SharedInformerFactory) bool {
-	for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+// and fails naming one that had not when ctx ended.
+func WaitForInformers(ctx context.Context, factory informers.SharedInformerFactory) error {
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return false
+			return fmt.Errorf("informer for %v did not sync: %w", typ, ctx.Err())
 		}
 	}
-	return true
+	return nil
 }
 
 func newInformerSet(f informers.SharedInformerFactory) (informerSet, error) {
@@ -182,37 +182,39 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 	type handler struct {
 		informer    toolscache.SharedIndexInformer
 		funcs       toolscache.ResourceEventHandler
+		// attachments marks the VolumeAttachment informer's handler, which the
+		// take-over waits for after that informer's own check.
 		attachments bool
 	}
 	// A claim, PersistentVolume or CSIDriver the informer held when its handler
 	// was registered (initial) re-evaluates no pod: every pod held then is
 	// delivered too, and evaluated from caches that already hold it.
 	handlers := []handler{
-		{c.informers.pods.Informer(), toolscache.ResourceEventHandlerFuncs{
+		{informer: c.informers.pods.Informer(), funcs: toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueuePod,
 			UpdateFunc: func(oldObj, obj any) { c.onPodUpdate(ctx, oldObj, obj) },
 			DeleteFunc: func(obj any) { c.onPodDelete(ctx, obj) },
-		}, false},
-		{c.informers.claims.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+		}},
+		{informer: c.informers.claims.Informer(), funcs: toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    unlessInitial(c.onClaim),
 			UpdateFunc: func(_, obj any) { c.onClaim(obj) },
 			DeleteFunc: c.onClaim,
-		}, false},
-		{c.informers.pvs.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+		}},
+		{informer: c.informers.pvs.Informer(), funcs: toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { c.onPV(ctx, obj, !initial) },
 			UpdateFunc: func(_, obj any) { c.onPV(ctx, obj, true) },
 			DeleteFunc: func(obj any) { c.onPV(ctx, obj, true) },
-		}, false},
-		{c.informers.drivers.Informer(), toolscache.ResourceEventHandlerDetailedFuncs{
+		}},
+		{informer: c.informers.drivers.Informer(), funcs: toolscache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    unlessInitial(c.onCSIDriver),
 			UpdateFunc: func(_, obj any) { c.onCSIDriver(obj) },
 			DeleteFunc: c.onCSIDriver,
-		}, false},
-		{c.informers.csiNodes.Informer(), toolscache.ResourceEventHandlerFuncs{
+		}},
+		{informer: c.informers.csiNodes.Informer(), funcs: toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onCSINode(obj) },
 			UpdateFunc: func(_, obj any) { c.onCSINode(obj) },
-		}, false},
-		{c.informers.nodes.Informer(), toolscache.ResourceEventHandlerFuncs{
+		}},
+		{informer: c.informers.nodes.Informer(), funcs: toolscache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) {
 				c.onNode(nil, obj)
 				c.identifyOnNode(ctx, obj)
@@ -222,12 +224,12 @@ func (c *Controller) registerHandlers(ctx context.Context) ([]toolscache.DoneChe
 				c.identifyOnNode(ctx, obj)
 			},
 			DeleteFunc: c.onNodeDelete,
-		}, false},
-		{c.informers.attachments.Informer(), toolscache.ResourceEventHandlerFuncs{
+		}},
+		{informer: c.informers.attachments.Informer(), funcs: toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onVolumeAttachment(ctx, obj) },
 			UpdateFunc: func(_, obj any) { c.onVolumeAttachment(ctx, obj) },
 			DeleteFunc: c.onVolumeAttachmentDelete,
-		}, true},
+		}, attachments: true},
 	}
 	synced := make([]toolscache.DoneChecker, 0, len(handlers))
 	for _, h := range handlers {

@@ -96,14 +96,7 @@ func TestAStandbyDecidesOnlyOnceItsHandlersFinishedWithTheProvenCaches(t *testin
 				t.Fatal("the VolumeAttachment never reached the informer")
 			}
 
-			ready := make(chan struct{})
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx, func() { close(ready) }) }()
-			t.Cleanup(func() {
-				cancel()
-				<-done
-				c.factory.Shutdown()
-			})
+			_, ready := startRun(t, c)
 			select {
 			case <-ready:
 				t.Fatal("the controller became ready while a handler had not finished with what the proven cache held")

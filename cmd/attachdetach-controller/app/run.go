@@ -151,7 +151,7 @@ func Run(ctx context.Context, o *Options) error {
 		listed := gc.catchUp()
 		go func() {
 			defer listed()
-			if !controller.WaitForInformers(informersCtx, factory) {
+			if controller.WaitForInformers(informersCtx, factory) != nil {
 				return
 			}
 			if _, err := newController(); err != nil {
